@@ -1,0 +1,73 @@
+# GPU VM portal: `make run` to try it, `make test` to check it. `make help` lists the rest.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PYTHON ?= $(shell scripts/find-python.sh)
+VENV := .venv
+BIN := $(VENV)/bin
+UV_VERSION := 0.13.9
+export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
+# Debian packages the targets need; installed with apt-get when run as root.
+TEST_DEBS := docker-compose gettext
+
+.PHONY: help venv run test lint format typecheck checks pytest messages compose-check devcluster clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+$(BIN)/.installed: pyproject.toml uv.lock
+	@test -n "$(PYTHON)" || { echo "no suitable Python found (see above)"; exit 1; }
+	@echo "==> creating $(VENV) with $(PYTHON) and installing the locked dependencies (uv.lock)"
+	@if [ ! -x $(BIN)/python ] || ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
+		rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); fi
+	@$(BIN)/python -m pip install -q --disable-pip-version-check "uv==$(UV_VERSION)"
+	@$(BIN)/uv sync --locked --python $(BIN)/python -q
+	@touch $@
+
+venv: $(BIN)/.installed ## create .venv and install the locked dependencies
+
+debs: ## install the Debian packages the tests need (as root), else name them
+	@missing=""; for p in $(TEST_DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then echo "==> apt-get install$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		else echo "missing Debian packages:$$missing -- run: sudo apt-get install$$missing"; exit 1; fi; fi
+
+run: venv ## start web (127.0.0.1:8000), Celery worker and beat; Ctrl-C stops all
+	@$(BIN)/python manage.py migrate --noinput -v 0
+	@$(BIN)/python manage.py create_demo_users
+	@echo "==> portal at http://127.0.0.1:8000/  (health: /healthz, readiness: /readyz)"
+	@$(BIN)/honcho -f Procfile.dev start
+
+lint: venv ## ruff lint and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: venv ## apply ruff's formatting and safe fixes
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+typecheck: venv ## mypy
+	$(BIN)/mypy .
+
+checks: venv ## Django system checks and missing migrations
+	$(BIN)/python manage.py check --fail-level WARNING
+	$(BIN)/python manage.py makemigrations --check --dry-run
+
+compose-check: debs ## validate docker-compose.yml (no engine needed)
+	SECRET_KEY=x POSTGRES_PASSWORD=x ALLOWED_HOSTS=x docker-compose -f docker-compose.yml config -q
+	@echo "docker-compose.yml is valid"
+
+messages: venv ## extract and compile the zh-hans catalog
+	$(BIN)/python manage.py makemessages -l zh_Hans --ignore=.venv --ignore=devcluster --ignore=tests --ignore=var
+	$(BIN)/python manage.py compilemessages -l zh_Hans --ignore=.venv
+
+devcluster: venv ## build (or reuse) kube-apiserver and etcd for the dev cluster
+	$(BIN)/python -m devcluster build
+
+pytest: venv ## the test suite only (unit, integration, e2e)
+	$(BIN)/python -m pytest
+
+test: venv debs lint typecheck checks compose-check devcluster pytest ## everything CI runs
+
+clean: ## remove the venv and local state (var/, .devcluster/)
+	rm -rf $(VENV) var .devcluster .mypy_cache .ruff_cache .pytest_cache

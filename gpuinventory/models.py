@@ -1,0 +1,1 @@
+"""Inventory models arrive with the inventory issue."""

@@ -1,0 +1,148 @@
+"""Typed readers for the portal's environment variables.
+
+Every setting comes from the environment (see ``docs/configuration.md``). A value that
+cannot be parsed raises :class:`django.core.exceptions.ImproperlyConfigured` naming the
+variable, so a typo stops the process at start-up instead of silently meaning "false".
+Parsing of URLs (``DATABASE_URL``) is delegated to django-environ.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+# Aliases: the methods below are named after the builtins they return.
+_Str = str
+_List = list
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+class Env:
+    """Reads variables from a mapping (``os.environ`` by default) with strict parsing.
+
+    Args:
+        source: the variables to read; tests pass a plain dict.
+    """
+
+    def __init__(self, source: Mapping[_Str, _Str] | None = None) -> None:
+        self.source: Mapping[_Str, _Str] = os.environ if source is None else source
+
+    def raw(self, name: _Str) -> _Str | None:
+        """Return the stripped value, or None when unset or empty."""
+        value = self.source.get(name)
+        if value is None or not value.strip():
+            return None
+        return value.strip()
+
+    def str(self, name: _Str, default: _Str | None = None, *, required: bool = False) -> _Str:
+        """Return a string value.
+
+        Raises:
+            ImproperlyConfigured: when ``required`` and the variable is unset or empty.
+        """
+        value = self.raw(name)
+        if value is None:
+            if required or default is None:
+                raise ImproperlyConfigured(f"{name} must be set")
+            return default
+        return value
+
+    def bool(self, name: _Str, default: bool) -> bool:
+        """Return a boolean from ``1/true/yes/on`` or ``0/false/no/off`` (any case).
+
+        Raises:
+            ImproperlyConfigured: on any other value, e.g. ``DEBUG=maybe``.
+        """
+        value = self.raw(name)
+        if value is None:
+            return default
+        lowered = value.lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use true/false, 1/0, yes/no, on/off)")
+
+    def int(self, name: _Str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+        """Return an integer within optional bounds.
+
+        Raises:
+            ImproperlyConfigured: when the value is not an integer or is out of bounds.
+        """
+        value = self.raw(name)
+        if value is None:
+            return default
+        try:
+            number = int(value)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
+        if minimum is not None and number < minimum:
+            raise ImproperlyConfigured(f"{name}={number} is below the minimum {minimum}")
+        if maximum is not None and number > maximum:
+            raise ImproperlyConfigured(f"{name}={number} is above the maximum {maximum}")
+        return number
+
+    def list(self, name: _Str, default: _List[_Str]) -> _List[_Str]:
+        """Return a comma-separated list with blanks dropped (``"a, b,"`` → ``["a", "b"]``)."""
+        value = self.raw(name)
+        if value is None:
+            return list(default)
+        return [item.strip() for item in value.split(",") if item.strip()]
+
+    def choice(self, name: _Str, default: _Str, choices: tuple[_Str, ...]) -> _Str:
+        """Return one of ``choices``.
+
+        Raises:
+            ImproperlyConfigured: for any other value.
+        """
+        value = self.raw(name)
+        if value is None:
+            return default
+        if value not in choices:
+            raise ImproperlyConfigured(f"{name}={value!r} must be one of: {', '.join(choices)}")
+        return value
+
+    def networks(self, name: _Str, default: _List[_Str]) -> _List[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        """Return a list of CIDR networks (``"127.0.0.1/32,::1/128"``).
+
+        Raises:
+            ImproperlyConfigured: when an entry is not a network.
+        """
+        result = []
+        for item in self.list(name, default):
+            try:
+                result.append(ipaddress.ip_network(item, strict=False))
+            except ValueError:
+                raise ImproperlyConfigured(
+                    f"{name}: {item!r} is not an IP network (e.g. 10.0.0.0/8)"
+                ) from None
+        return result
+
+    def database(self, name: _Str, default: _Str) -> dict[_Str, Any]:
+        """Return a Django ``DATABASES['default']`` dict parsed from a database URL.
+
+        Only ``sqlite://`` and ``postgres://``/``postgresql://`` are supported.
+
+        Raises:
+            ImproperlyConfigured: for another scheme or an unparsable URL.
+        """
+        url = self.raw(name) or default
+        scheme = url.split("://", 1)[0] if "://" in url else ""
+        if scheme not in {"sqlite", "postgres", "postgresql", "pgsql"}:
+            raise ImproperlyConfigured(
+                f"{name}={url!r}: unsupported scheme {scheme!r} (use sqlite:///path or postgres://user:pw@host/db)"
+            )
+        try:
+            config: dict[_Str, Any] = environ.Env.db_url_config(url)
+        except Exception as exc:  # django-environ raises several types for bad URLs
+            raise ImproperlyConfigured(f"{name} could not be parsed: {exc}") from exc
+        if scheme != "sqlite" and not config.get("NAME"):
+            raise ImproperlyConfigured(f"{name}={url!r} names no database")
+        return config

@@ -1,0 +1,259 @@
+"""Django settings for the GPU VM portal.
+
+Every value comes from the environment (documented in ``docs/configuration.md`` and
+``.env.example``). With nothing set, the portal runs on a laptop with embedded defaults:
+SQLite and kombu's file-system broker under ``var/``. ``PORTAL_ENV=production`` turns on
+the hardening that ``manage.py check --deploy`` asks for and makes the secrets mandatory.
+Malformed values raise ``ImproperlyConfigured`` at start-up (see :mod:`portal.env`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
+
+from portal.env import Env
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = Env()
+
+PORTAL_ENV = env.choice("PORTAL_ENV", "development", ("development", "production"))
+PRODUCTION = PORTAL_ENV == "production"
+VAR_DIR = Path(env.str("PORTAL_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+
+# --- core -------------------------------------------------------------------------------
+if PRODUCTION:
+    SECRET_KEY = env.str("SECRET_KEY", required=True)
+    if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
+        raise ImproperlyConfigured(
+            "SECRET_KEY must be at least 50 characters with 5 distinct ones in production"
+        )
+else:
+    SECRET_KEY = env.str("SECRET_KEY", "django-insecure-development-only-key-never-use-in-production")
+
+DEBUG = env.bool("DEBUG", default=not PRODUCTION)
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("DEBUG must be false when PORTAL_ENV=production")
+
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]"])
+if PRODUCTION and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured(
+        "ALLOWED_HOSTS must be set when PORTAL_ENV=production (e.g. portal.example.com)"
+    )
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_prometheus",
+    "django_htmx",
+    "django_filters",
+    "django_tables2",
+    "rest_framework",
+    "portal",
+    "gpuinventory",
+    "vmrequests",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "portal.middleware.RequestIDMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+ASGI_APPLICATION = "portal.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
+                "django.template.context_processors.csp",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database ---------------------------------------------------------------------------
+DATABASES = {"default": env.database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'portal.sqlite3'}")}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("PORTAL_DB_CONN_MAX_AGE", 60, minimum=0)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- auth -------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+# --- i18n -------------------------------------------------------------------------------
+LANGUAGE_CODE = env.choice("LANGUAGE_CODE", "en", ("en", "zh-hans"))
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = env.str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+# --- static files -----------------------------------------------------------------------
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+WHITENOISE_USE_FINDERS = not PRODUCTION
+WHITENOISE_AUTOREFRESH = DEBUG
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+
+# --- security ---------------------------------------------------------------------------
+# Django 6 built-in Content Security Policy: no inline scripts or styles anywhere.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "font-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.SELF],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env.bool("PORTAL_SSL_REDIRECT", default=True)
+    SECURE_HSTS_SECONDS = env.int("PORTAL_HSTS_SECONDS", 31_536_000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("PORTAL_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env.bool("PORTAL_HSTS_PRELOAD", default=True)
+    # Health probes come over plain HTTP from the kubelet or compose: never redirect them.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+if env.bool("PORTAL_BEHIND_TLS_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Who may scrape /metrics (it is never open to the internet by default).
+PORTAL_METRICS_ALLOWED_NETWORKS = env.networks("PORTAL_METRICS_ALLOWED_CIDRS", ["127.0.0.1/32", "::1/128"])
+
+# --- Kubernetes -------------------------------------------------------------------------
+PORTAL_KUBECONFIG = env.raw("PORTAL_KUBECONFIG")
+if PORTAL_KUBECONFIG and not Path(PORTAL_KUBECONFIG).is_file():
+    raise ImproperlyConfigured(f"PORTAL_KUBECONFIG={PORTAL_KUBECONFIG!r} is not a readable file")
+PORTAL_KUBE_CONTEXT = env.raw("PORTAL_KUBE_CONTEXT")
+PORTAL_KUBE_TIMEOUT = env.int("PORTAL_KUBE_TIMEOUT", 10, minimum=1, maximum=300)
+
+# --- Celery -----------------------------------------------------------------------------
+_broker_url = env.raw("CELERY_BROKER_URL")
+if _broker_url is None:
+    CELERY_BROKER_URL = "filesystem://"
+    _broker_dir = VAR_DIR / "broker"
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+    for _folder in ("queue", "processed"):
+        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
+elif _broker_url.split("://", 1)[0] in {"redis", "rediss"}:
+    CELERY_BROKER_URL = _broker_url
+    # Must exceed the hard time limit, or Redis redelivers a task that is still running.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+else:
+    raise ImproperlyConfigured(
+        f"CELERY_BROKER_URL={_broker_url!r}: only redis:// or rediss:// (or unset for the file broker)"
+    )
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("PORTAL_TASK_SOFT_TIME_LIMIT", 300, minimum=1)
+CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + 30
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    "portal-heartbeat": {"task": "portal.heartbeat", "schedule": 60.0},
+}
+
+# --- REST framework ---------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+}
+
+# --- logging ----------------------------------------------------------------------------
+LOG_LEVEL = env.choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
+PORTAL_LOG_FORMAT = env.choice("PORTAL_LOG_FORMAT", "json" if PRODUCTION else "text", ("json", "text"))
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"request_id": {"()": "portal.middleware.RequestIDLogFilter"}},
+    "formatters": {
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(request_id)s %(message)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        },
+        "text": {"format": "%(asctime)s %(levelname)-7s [%(request_id)s] %(name)s: %(message)s"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": PORTAL_LOG_FORMAT,
+            "filters": ["request_id"],
+        },
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.server": {"level": "WARNING"},
+        "kubernetes": {"level": "WARNING"},
+        "urllib3": {"level": "WARNING"},
+    },
+}
+
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,23 @@
+"""URL configuration of the portal."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.urls import path
+from django.views.i18n import set_language
+
+from portal import health, views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # The language switch must work on the login page too.
+    path("i18n/setlang/", login_not_required(set_language), name="set_language"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics, name="metrics"),
+    path("admin/", admin.site.urls),
+]

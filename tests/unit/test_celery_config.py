@@ -1,0 +1,30 @@
+"""The Celery app loads its configuration from Django settings (CONVENTIONS "Background work")."""
+
+from __future__ import annotations
+
+import os
+
+from portal.celery import app
+
+
+def test_reliability_settings() -> None:
+    conf = app.conf
+    assert conf.task_acks_late is True
+    assert conf.task_reject_on_worker_lost is True
+    assert conf.worker_prefetch_multiplier == 1
+    assert conf.task_soft_time_limit == 300
+    assert conf.task_time_limit == 330
+    assert conf.task_serializer == "json"
+    assert conf.accept_content == ["json"]
+    assert conf.task_ignore_result is True
+
+
+def test_broker_follows_the_environment() -> None:
+    expected = os.environ.get("CELERY_BROKER_URL") or "filesystem://"
+    assert app.conf.broker_url == expected
+
+
+def test_static_beat_schedule_and_registered_tasks() -> None:
+    app.loader.import_default_modules()
+    assert app.conf.beat_schedule["portal-heartbeat"] == {"task": "portal.heartbeat", "schedule": 60.0}
+    assert {"portal.heartbeat", "portal.ping"} <= set(app.tasks)

@@ -1,0 +1,119 @@
+"""Health endpoints, request IDs and metrics, through Django's test client (real DB and broker)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.test import Client
+from django.test.utils import override_settings
+
+from portal import k8s
+from portal.celery import app
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def client() -> Client:
+    return Client()
+
+
+def test_healthz_is_open_and_touches_nothing(client: Client) -> None:
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_readyz_reports_each_check(client: Client) -> None:
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    checks = body["checks"]
+    assert set(checks) == {"database", "broker", "kubernetes"}
+    assert checks["database"]["status"] == "ok"
+    assert checks["broker"]["status"] == "ok"
+    assert checks["kubernetes"] == {
+        "status": "not_configured",
+        "message": "Kubernetes is not configured: set PORTAL_KUBECONFIG or run inside the cluster",
+        "duration_ms": checks["kubernetes"]["duration_ms"],
+    }
+
+
+@pytest.fixture
+def unreachable_broker() -> Iterator[None]:
+    original = app.conf.broker_url
+    app.conf.broker_url = "redis://127.0.0.1:1/0"  # type: ignore[misc]  # nothing listens on port 1
+    try:
+        yield
+    finally:
+        app.conf.broker_url = original  # type: ignore[misc]
+
+
+def test_readyz_is_503_when_the_broker_is_down(client: Client, unreachable_broker: None) -> None:
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "fail"
+    assert body["checks"]["broker"]["status"] == "fail"
+    assert "Error" in body["checks"]["broker"]["error"]
+    assert body["checks"]["database"]["status"] == "ok"
+
+
+@pytest.fixture
+def unreachable_cluster(tmp_path: Path) -> Iterator[None]:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    k8s.api_client.cache_clear()
+    with override_settings(PORTAL_KUBECONFIG=str(kubeconfig), PORTAL_KUBE_TIMEOUT=2):
+        yield
+    k8s.api_client.cache_clear()
+
+
+def test_readyz_is_503_when_the_kubernetes_api_is_unreachable(
+    client: Client, unreachable_cluster: None
+) -> None:
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    kube = response.json()["checks"]["kubernetes"]
+    assert kube["status"] == "fail"
+    assert kube["error"].startswith("K8sTransientError: Kubernetes API unreachable")
+
+
+def test_request_id_is_echoed_or_generated(client: Client) -> None:
+    echoed = client.get("/healthz", headers={"X-Request-ID": "ticket-42.abc_DEF"})
+    assert echoed["X-Request-ID"] == "ticket-42.abc_DEF"
+    generated = client.get("/healthz", headers={"X-Request-ID": "bad id with spaces"})
+    assert len(generated["X-Request-ID"]) == 32
+    assert generated["X-Request-ID"] != "bad id with spaces"
+    assert int(generated["X-Request-ID"], 16) >= 0
+
+
+def test_metrics_served_to_loopback(client: Client) -> None:
+    client.get("/healthz")
+    response = client.get("/metrics", REMOTE_ADDR="127.0.0.1")
+    assert response.status_code == 200
+    text = response.content.decode()
+    assert "django_http_requests_total_by_method_total" in text
+
+
+def test_metrics_refused_to_other_addresses(client: Client) -> None:
+    response = client.get("/metrics", REMOTE_ADDR="203.0.113.9")
+    assert response.status_code == 403
+
+
+def test_csp_header_forbids_inline_script(client: Client) -> None:
+    response = client.get("/login/")
+    policy = response["Content-Security-Policy"]
+    directives = dict(part.strip().split(" ", 1) for part in policy.split(";"))
+    assert directives["script-src"] == "'self'"
+    assert directives["style-src"] == "'self'"
+    assert directives["frame-ancestors"] == "'none'"
+    assert "unsafe-inline" not in policy
