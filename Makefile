@@ -7,9 +7,9 @@ BIN := $(VENV)/bin
 UV_VERSION := 0.13.9
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 # Debian packages the targets need; installed with apt-get when run as root.
-TEST_DEBS := docker-compose gettext
+TEST_DEBS := docker-compose gettext chromium fonts-noto-cjk
 
-.PHONY: help venv run test lint format typecheck checks pytest messages compose-check devcluster clean
+.PHONY: help venv debs run test lint format typecheck checks pytest messages compose-check devcluster clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
