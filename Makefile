@@ -19,7 +19,7 @@ $(BIN)/.installed: pyproject.toml uv.lock
 	@echo "==> creating $(VENV) with $(PYTHON) and installing the locked dependencies (uv.lock)"
 	@if [ ! -x $(BIN)/python ] || ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
 		rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); fi
-	@$(BIN)/python -m pip install -q --disable-pip-version-check "uv==$(UV_VERSION)"
+	@[ -x $(BIN)/uv ] || $(BIN)/python -m pip install -q --disable-pip-version-check "uv==$(UV_VERSION)"
 	@$(BIN)/uv sync --locked --python $(BIN)/python -q
 	@touch $@
 

@@ -185,7 +185,7 @@ PORTAL_KUBE_TIMEOUT = env.int("PORTAL_KUBE_TIMEOUT", 10, minimum=1, maximum=300)
 # --- Celery -----------------------------------------------------------------------------
 _broker_url = env.raw("CELERY_BROKER_URL")
 if _broker_url is None:
-    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_URL = "filesystem://localhost/"
     _broker_dir = VAR_DIR / "broker"
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
         "data_folder_in": str(_broker_dir / "queue"),

@@ -20,7 +20,7 @@ def test_reliability_settings() -> None:
 
 
 def test_broker_follows_the_environment() -> None:
-    expected = os.environ.get("CELERY_BROKER_URL") or "filesystem://"
+    expected = os.environ.get("CELERY_BROKER_URL") or "filesystem://localhost/"
     assert app.conf.broker_url == expected
 
 
