@@ -109,7 +109,9 @@ class Env:
             raise ImproperlyConfigured(f"{name}={value!r} must be one of: {', '.join(choices)}")
         return value
 
-    def networks(self, name: _Str, default: _List[_Str]) -> _List[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    def networks(
+        self, name: _Str, default: _List[_Str]
+    ) -> _List[ipaddress.IPv4Network | ipaddress.IPv6Network]:
         """Return a list of CIDR networks (``"127.0.0.1/32,::1/128"``).
 
         Raises:

@@ -191,9 +191,10 @@ if _broker_url is None:
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),  # kombu's default is ./control
         "store_processed": False,
     }
-    for _folder in ("queue", "processed"):
+    for _folder in ("queue", "processed", "control"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 elif _broker_url.split("://", 1)[0] in {"redis", "rediss"}:
     CELERY_BROKER_URL = _broker_url
