@@ -32,11 +32,19 @@ debs: ## install the Debian packages the tests need (as root), else name them
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 		else echo "missing Debian packages:$$missing -- run: sudo apt-get install$$missing"; exit 1; fi; fi
 
-run: venv ## start web (127.0.0.1:8000), Celery worker and beat; Ctrl-C stops all
+run: venv ## dev cluster + web (127.0.0.1:8000) + Celery worker and beat; Ctrl-C stops all
 	@$(BIN)/python manage.py migrate --noinput -v 0
 	@$(BIN)/python manage.py create_demo_users
+ifeq ($(strip $(PORTAL_KUBECONFIG)),)
+	@echo "==> dev cluster: building or reusing kube-apiserver and etcd (a first build takes ~10 min on 2 cores)"
+	@$(BIN)/python -m devcluster build
+	@echo "==> portal at http://127.0.0.1:8000/ once the dev cluster is up (health: /healthz, readiness: /readyz)"
+	@PORTAL_KUBECONFIG=$(abspath .devcluster/kubeconfig) $(BIN)/honcho -f Procfile.devcluster start
+else
+	@echo "==> using the cluster in PORTAL_KUBECONFIG=$(PORTAL_KUBECONFIG); no dev cluster started"
 	@echo "==> portal at http://127.0.0.1:8000/  (health: /healthz, readiness: /readyz)"
 	@$(BIN)/honcho -f Procfile.dev start
+endif
 
 lint: venv ## ruff lint and format check
 	$(BIN)/ruff check .

@@ -1,10 +1,11 @@
 """Command line: ``python -m devcluster {build,up,gomod}``.
 
 - ``build [--force]``: build (or reuse) kube-apiserver and etcd in the cache, print their paths.
-- ``up [--spec FILE] [--state-dir DIR] [--shared-dir DIR] [--port N]``: build if needed, start
-  etcd + kube-apiserver, install the CRDs, apply the spec, run the simulator, print the
-  kubeconfig path, and stay in the foreground until Ctrl-C/SIGTERM; then stop everything it
-  started.
+- ``up [--spec FILE] [--state-dir DIR] [--shared-dir DIR] [--port N] [--ready-file FILE]``: build
+  if needed, start etcd + kube-apiserver, install the CRDs, apply the spec, run the simulator,
+  print the kubeconfig path, and stay in the foreground until Ctrl-C/SIGTERM; then stop
+  everything it started. ``--ready-file`` is written (with the kubeconfig path) once the spec is
+  applied and removed at stop, so other processes can wait for the cluster (``make run`` does).
 - ``gomod VERSION``: regenerate ``devcluster/gotools`` for another Kubernetes version
   (e.g. ``1.37.2``; DEVCLUSTER.md section 2.2).
 
@@ -84,10 +85,16 @@ def cmd_up(args: argparse.Namespace) -> int:
         state_dir=args.state_dir or default_state_dir(), shared_dir=shared_dir, apiserver_port=args.port
     )
     simulator: SimulatorLike | None = None
+    ready_file: Path | None = args.ready_file.resolve() if args.ready_file else None
+    if ready_file is not None:
+        ready_file.unlink(missing_ok=True)
     try:
         cluster.start()
         simulator = apply_and_simulate(cluster.api_client(), spec, "demo")
         started.set()
+        if ready_file is not None:
+            ready_file.parent.mkdir(parents=True, exist_ok=True)
+            ready_file.write_text(f"{cluster.kubeconfig}\n")
         t = cluster.timings
         print(
             f"\ndev cluster is up: kube-apiserver {cluster.server_version()} at {cluster.server}\n"
@@ -110,6 +117,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if ready_file is not None:
+            ready_file.unlink(missing_ok=True)
         try:
             if simulator is not None:
                 simulator.stop()
@@ -139,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument(
         "--port", type=int, default=None, help="kube-apiserver port on 127.0.0.1 (default: a free one)"
+    )
+    up.add_argument(
+        "--ready-file",
+        type=Path,
+        default=None,
+        help="write this file (containing the kubeconfig path) once the cluster is ready; removed at stop",
     )
     up.set_defaults(func=cmd_up)
 
