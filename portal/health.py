@@ -21,6 +21,7 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.views.decorators.cache import never_cache
 from django_prometheus.exports import ExportToDjangoView
+from kombu import Connection
 
 from portal import k8s
 
@@ -37,10 +38,14 @@ def check_database() -> CheckResult:
 
 
 def check_broker() -> CheckResult:
-    """Open (and close) a connection to the Celery broker, giving up after 3 seconds."""
-    from portal.celery import app
+    """Open (and close) a connection to the Celery broker, giving up after 3 seconds.
 
-    with app.connection_for_write() as conn:
+    Reads ``settings.CELERY_BROKER_URL`` rather than the Celery app's view of it, which
+    gives the ``CELERY_BROKER_URL`` environment variable precedence over settings.
+    """
+    with Connection(
+        settings.CELERY_BROKER_URL, transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    ) as conn:
         conn.ensure_connection(max_retries=1, timeout=3)
         transport = conn.transport_cls
     return {"status": "ok", "transport": str(transport)}

@@ -10,7 +10,6 @@ from django.test import Client
 from django.test.utils import override_settings
 
 from portal import k8s
-from portal.celery import app
 
 pytestmark = pytest.mark.django_db
 
@@ -44,12 +43,9 @@ def test_readyz_reports_each_check(client: Client) -> None:
 
 @pytest.fixture
 def unreachable_broker() -> Iterator[None]:
-    original = app.conf.broker_url
-    app.conf.broker_url = "redis://127.0.0.1:1/0"  # type: ignore[misc]  # nothing listens on port 1
-    try:
+    # Nothing listens on port 1.
+    with override_settings(CELERY_BROKER_URL="redis://127.0.0.1:1/0", CELERY_BROKER_TRANSPORT_OPTIONS={}):
         yield
-    finally:
-        app.conf.broker_url = original  # type: ignore[misc]
 
 
 def test_readyz_is_503_when_the_broker_is_down(client: Client, unreachable_broker: None) -> None:

@@ -158,3 +158,44 @@ def test_demo_vmi_runs_on_a_passthrough_node(k8s_api: k8s.ApiClient, demo: Clust
     v = _wait(running, "demo VMI Running")
     node = _node(k8s_api, v["status"]["nodeName"])
     assert _gpu(node).get("nvidia.com/GA100_A100_PCIE_40GB") in ("2", "4")
+
+
+def test_shared_sample_vmi_adapted_to_the_demo_reaches_running(
+    k8s_api: k8s.ApiClient, demo: ClusterSpec
+) -> None:
+    """The constructed sample VMI of ../shared/samples, pinned to the demo's A100 passthrough node."""
+    import yaml
+
+    sample = yaml.safe_load(
+        (default_shared_dir() / "samples" / "vmi-gpu-passthrough-example.yaml").read_text()
+    )
+    # Adapted: the sample pins to gpu-node-01, which is the container-mode node of the demo;
+    # the seed article's passthrough node is gpu-node-02.
+    sample["metadata"].update(name="sample-passthrough-01", namespace="gpu-vms")
+    sample["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-node-02"}
+    assert sample["spec"]["domain"]["devices"]["gpus"] == [
+        {"name": "gpu1", "deviceName": "nvidia.com/GA100_A100_PCIE_40GB"}
+    ]
+    custom = k8s.CustomObjectsApi(k8s_api)
+    custom.create_namespaced_custom_object(
+        "kubevirt.io", "v1", "gpu-vms", "virtualmachineinstances", sample, field_validation="Strict"
+    )
+
+    def running() -> dict[str, Any] | None:
+        v = custom.get_namespaced_custom_object(
+            "kubevirt.io", "v1", "gpu-vms", "virtualmachineinstances", "sample-passthrough-01"
+        )
+        return v if (v.get("status") or {}).get("phase") == "Running" else None
+
+    vmi = _wait(running, "sample VMI Running")
+    assert vmi["status"]["nodeName"] == "gpu-node-02"
+    assert vmi["metadata"]["labels"]["kubevirt.io/nodeName"] == "gpu-node-02"
+    pods = (
+        k8s.CoreV1Api(k8s_api)
+        .list_namespaced_pod("gpu-vms", label_selector=f"kubevirt.io/created-by={vmi['metadata']['uid']}")
+        .items
+    )
+    assert len(pods) == 1
+    assert pods[0].spec.node_name == "gpu-node-02"
+    assert pods[0].spec.containers[0].resources.limits == {"nvidia.com/GA100_A100_PCIE_40GB": "1"}
+    assert pods[0].metadata.labels["app.kubernetes.io/managed-by"] == "gpu-vm-portal"
