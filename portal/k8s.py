@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import urllib3
 from django.conf import settings
@@ -55,6 +56,95 @@ class ServerVersion:
 
     git_version: str
     platform: str
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A Node as the inventory needs it. Quantities are the raw strings of ``status``."""
+
+    name: str
+    uid: str = ""
+    resource_version: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    capacity: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: bool = False
+    ready: bool | None = None  # the Ready condition; None when the node reports none
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """A non-terminal Pod. ``requests`` holds only ``nvidia.com/*`` resources, as integers.
+
+    Effective request per resource = max(Σ app containers, max of init containers), the rule the
+    scheduler uses (Kubernetes "Resource sharing within containers").
+    """
+
+    namespace: str
+    name: str
+    uid: str = ""
+    node_name: str | None = None
+    phase: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    requests: Mapping[str, int] = field(default_factory=dict)
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class VmiInfo:
+    """A VirtualMachineInstance (kubevirt.io/v1) with its GPU device names (DOMAIN.md §5.3, §5.4)."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    phase: str = ""
+    node_name: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    gpu_device_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterPolicyInfo:
+    """The GPU Operator ClusterPolicy fields the portal reads (DOMAIN.md §1, §3), with their defaults."""
+
+    name: str
+    sandbox_enabled: bool = False
+    default_workload: str = "container"
+    sandbox_mode: str = "kubevirt"
+    vgpu_config_name: str = "default-vgpu-devices-config"
+    vgpu_default_config: str = "default"
+
+
+@dataclass(frozen=True)
+class PermittedPci:
+    """``permittedHostDevices.pciHostDevices[]`` (or HyperConverged ``pciDeviceSelector``), DOMAIN.md §5.1."""
+
+    selector: str
+    resource_name: str
+    external_resource_provider: bool = False
+
+
+@dataclass(frozen=True)
+class PermittedMdev:
+    """``permittedHostDevices.mediatedDevices[]``, DOMAIN.md §5.1."""
+
+    selector: str
+    resource_name: str
+    external_resource_provider: bool = False
+
+
+@dataclass(frozen=True)
+class KubeVirtInfo:
+    """A KubeVirt CR's permitted host devices. ``permitted_configured`` is False when the CR has no
+    ``permittedHostDevices`` at all (KubeVirt then skips the check, DOMAIN.md §5.1)."""
+
+    namespace: str
+    name: str
+    permitted_configured: bool = False
+    pci_host_devices: tuple[PermittedPci, ...] = ()
+    mediated_devices: tuple[PermittedMdev, ...] = ()
 
 
 def translate(exc: Exception) -> K8sError:
