@@ -33,6 +33,8 @@ debs: ## install the Debian packages the tests need (as root), else name them
 		else echo "missing Debian packages:$$missing -- run: sudo apt-get install$$missing"; exit 1; fi; fi
 
 run: venv ## dev cluster + web (127.0.0.1:8000) + Celery worker and beat; Ctrl-C stops all
+	@$(BIN)/python -c 'import socket, sys; in_use = socket.socket().connect_ex(("127.0.0.1", 8000)) == 0; \
+		sys.exit("127.0.0.1:8000 is already in use (another make run?): stop that process first; ss -ltnp sport = :8000 shows it") if in_use else None'
 	@$(BIN)/python manage.py migrate --noinput -v 0
 	@$(BIN)/python manage.py create_demo_users
 ifeq ($(strip $(PORTAL_KUBECONFIG)),)

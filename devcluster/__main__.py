@@ -27,6 +27,7 @@ from types import FrameType
 from devcluster.build import GOTOOLS_DIR, BuildError, ensure_binaries, go_version_output
 from devcluster.server import DevCluster, DevClusterError, default_shared_dir, default_state_dir
 from devcluster.session import SimulatorLike, apply_and_simulate, load_cluster_spec
+from devcluster.spec import SpecError
 
 DEFAULT_SPEC = Path(__file__).resolve().parent / "specs" / "demo.yaml"
 
@@ -81,6 +82,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     spec = load_cluster_spec(spec_path, shared_dir)
 
     ensure_binaries()
+    print("devcluster: starting etcd and kube-apiserver, installing CRDs, applying the spec...", flush=True)
     cluster = DevCluster(
         state_dir=args.state_dir or default_state_dir(), shared_dir=shared_dir, apiserver_port=args.port
     )
@@ -169,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         code: int = args.func(args)
-    except (BuildError, DevClusterError) as exc:
+    except (BuildError, DevClusterError, SpecError) as exc:
         _err(str(exc))
         return 1
     except KeyboardInterrupt:

@@ -62,6 +62,75 @@ class SpecError(ValueError):
     """The spec file is invalid; the message names the offending entry."""
 
 
+# The keys each part of a spec may have (devcluster/README.md "Spec format"). A misspelt key is an
+# error, not a silently ignored setting.
+SPEC_KEYS: dict[str, frozenset[str]] = {
+    "": frozenset({"gpuOperator", "clusterPolicy", "kubevirt", "namespaces", "nodes", "vmis"}),
+    "gpuOperator": frozenset({"version", "namespace", "vgpuConfigMaps"}),
+    "gpuOperator.vgpuConfigMaps[]": frozenset({"sample", "item", "name", "config", "mergeDefault"}),
+    "clusterPolicy": frozenset({"name", "sandboxWorkloads", "vgpuDeviceManager"}),
+    "kubevirt": frozenset({"extraPciHostDevices", "extraMediatedDevices", "omitResources", "featureGates"}),
+    "nodes[]": frozenset(
+        {
+            "name",
+            "gpu",
+            "workloadLabel",
+            "vgpuConfig",
+            "vgpuHistory",
+            "labelsFrom",
+            "resourcesFrom",
+            "resources",
+            "staleResources",
+            "labels",
+            "cordoned",
+            "ready",
+            "pods",
+        }
+    ),
+    "nodes[].gpu": frozenset({"model", "count"}),
+    "nodes[].pods[]": frozenset({"namespace", "name", "gpus"}),
+    "vmis[]": frozenset(
+        {"name", "namespace", "deviceName", "gpus", "memory", "cores", "nodeSelector", "labels"}
+    ),
+}
+
+
+def check_keys(raw: Any, part: str, where: str) -> None:
+    """Raise :class:`SpecError` when mapping ``raw`` has a key :data:`SPEC_KEYS` does not list for ``part``.
+
+    Args:
+        raw: the parsed YAML mapping (anything else is reported as not a mapping).
+        part: the key of :data:`SPEC_KEYS`, e.g. ``"nodes[]"``.
+        where: the position for the message, e.g. ``"nodes[2] (t4-node-01)"``.
+    """
+    if raw is None:
+        return
+    if not isinstance(raw, dict):
+        raise SpecError(f"{where or 'spec'}: expected a mapping, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - SPEC_KEYS[part])
+    if unknown:
+        raise SpecError(
+            f"{where or 'spec'}: unknown key(s) {', '.join(map(str, unknown))}; "
+            f"allowed: {', '.join(sorted(SPEC_KEYS[part]))}"
+        )
+
+
+def _check_spec_keys(raw: dict[str, Any]) -> None:
+    check_keys(raw, "", "")
+    for part in ("gpuOperator", "clusterPolicy", "kubevirt"):
+        check_keys(raw.get(part), part, part)
+    for i, ref in enumerate((raw.get("gpuOperator") or {}).get("vgpuConfigMaps") or []):
+        check_keys(ref, "gpuOperator.vgpuConfigMaps[]", f"gpuOperator.vgpuConfigMaps[{i}]")
+    for i, node in enumerate(raw.get("nodes") or []):
+        where = f"nodes[{i}] ({node.get('name') if isinstance(node, dict) else '?'})"
+        check_keys(node, "nodes[]", where)
+        check_keys(node.get("gpu"), "nodes[].gpu", where + ".gpu")
+        for j, pod in enumerate(node.get("pods") or []):
+            check_keys(pod, "nodes[].pods[]", f"{where}.pods[{j}]")
+    for i, vmi in enumerate(raw.get("vmis") or []):
+        check_keys(vmi, "vmis[]", f"vmis[{i}]")
+
+
 @dataclass
 class NodeSpec:
     """One node of the spec (see README for the YAML keys).
@@ -148,7 +217,9 @@ def _read_sample(shared_dir: Path, ref: dict[str, Any], where: str) -> dict[str,
     """Read ``{sample: FILE, item: N}`` from ``<shared>/samples``; ``item`` indexes a ``kind: List``."""
     path = shared_dir / "samples" / str(ref.get("sample"))
     if not path.is_file():
-        raise SpecError(f"{where}: sample {path} not found (is PORTAL_SHARED_DIR right?)")
+        raise SpecError(
+            f"{where}: sample {path} not found (the shared directory comes from --shared-dir, else PORTAL_SHARED_DIR, else ../shared beside the repo)"
+        )
     doc = _load_yaml(path.read_text())
     if doc.get("kind") == "List":
         try:
@@ -302,7 +373,11 @@ def load_spec(path: Path, shared_dir: Path) -> ClusterSpec:
     Raises:
         SpecError: on any invalid entry or missing sample. OSError: unreadable spec file.
     """
-    raw = _load_yaml(Path(path).read_text()) or {}
+    try:
+        raw = _load_yaml(Path(path).read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path} is not valid YAML: {exc}") from exc
+    _check_spec_keys(raw)
     op = raw.get("gpuOperator") or {}
     operator_ns = str(op.get("namespace") or "gpu-operator")
     configmaps = _configmaps(op, shared_dir, operator_ns)
