@@ -9,7 +9,7 @@ export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 # Debian packages the targets need; installed with apt-get when run as root.
 TEST_DEBS := docker-compose gettext chromium fonts-noto-cjk
 
-.PHONY: help venv debs run test lint format typecheck checks pytest messages compose-check devcluster clean
+.PHONY: help venv debs bench run test lint format typecheck checks pytest messages compose-check devcluster clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -73,6 +73,10 @@ messages: venv ## extract and compile the zh-hans catalog
 
 devcluster: venv ## build (or reuse) kube-apiserver and etcd for the dev cluster
 	$(BIN)/python -m devcluster build
+
+bench: venv ## benchmarks against a 2,000-node / 10,000-pod dev cluster (several minutes each)
+	$(BIN)/python -m benchmarks.inventory_sync --nodes 2000 --pods 10000 --vmis 200
+	$(BIN)/python -m benchmarks.devcluster_scale --nodes 2000 --pods 10000 --vmis 200
 
 pytest: venv ## the test suite only (unit, integration, e2e)
 	$(BIN)/python -m pytest

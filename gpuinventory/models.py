@@ -29,7 +29,9 @@ class GpuNode(models.Model):
     present = models.BooleanField(_("present"), default=True, db_index=True)
     first_seen = models.DateTimeField(_("first seen"))
     last_seen = models.DateTimeField(_("last seen"))
-    workload_mode = models.CharField(_("workload mode"), max_length=20, choices=WorkloadMode.choices, db_index=True)
+    workload_mode = models.CharField(
+        _("workload mode"), max_length=20, choices=WorkloadMode.choices, db_index=True
+    )
     mode_source = models.CharField(_("mode decided by"), max_length=20, choices=ModeSource.choices)
     mode_label_value = models.CharField(max_length=63, blank=True, help_text="raw label value, if any")
     transitioning = models.BooleanField(_("transitioning"), default=False)
@@ -165,7 +167,9 @@ class PermittedDevice(models.Model):
     class Meta:
         ordering = ["kind", "resource_name"]
         constraints = [
-            models.UniqueConstraint(fields=["kind", "resource_name", "selector"], name="permitteddevice_unique")
+            models.UniqueConstraint(
+                fields=["kind", "resource_name", "selector"], name="permitteddevice_unique"
+            )
         ]
 
     def __str__(self) -> str:
@@ -185,7 +189,9 @@ class SyncRun(models.Model):
 
     started = models.DateTimeField(_("started"), db_index=True)
     finished = models.DateTimeField(_("finished"), null=True, blank=True)
-    status = models.CharField(_("status"), max_length=10, choices=SyncStatus.choices, default=SyncStatus.RUNNING)
+    status = models.CharField(
+        _("status"), max_length=10, choices=SyncStatus.choices, default=SyncStatus.RUNNING
+    )
     trigger = models.CharField(max_length=20, default="beat", help_text="beat, manual, command")
     error = models.TextField(blank=True)
     counts = models.JSONField(default=dict)
@@ -196,6 +202,12 @@ class SyncRun(models.Model):
     class Meta:
         ordering = ["-started"]
         get_latest_by = "started"
+        constraints = [
+            # The sync's overlap lock: at most one run is "running" (gpuinventory/sync.py).
+            models.UniqueConstraint(
+                fields=["status"], condition=models.Q(status="running"), name="syncrun_single_running"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"sync {self.started:%Y-%m-%d %H:%M:%S} {self.status}"

@@ -19,6 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 # Aliases: the methods below are named after the builtins they return.
 _Str = str
 _List = list
+_Bool = bool
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -96,8 +97,10 @@ class Env:
             return list(default)
         return [item.strip() for item in value.split(",") if item.strip()]
 
-    def choice(self, name: _Str, default: _Str, choices: tuple[_Str, ...]) -> _Str:
-        """Return one of ``choices``.
+    def choice(
+        self, name: _Str, default: _Str, choices: tuple[_Str, ...], *, case_insensitive: _Bool = False
+    ) -> _Str:
+        """Return one of ``choices`` (matched ignoring case when ``case_insensitive``).
 
         Raises:
             ImproperlyConfigured: for any other value.
@@ -105,6 +108,8 @@ class Env:
         value = self.raw(name)
         if value is None:
             return default
+        if case_insensitive:
+            value = next((choice for choice in choices if choice.lower() == value.lower()), value)
         if value not in choices:
             raise ImproperlyConfigured(f"{name}={value!r} must be one of: {', '.join(choices)}")
         return value

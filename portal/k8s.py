@@ -1,3 +1,7 @@
+# mypy: disallow-any-generics, disallow-subclassing-any, disallow-untyped-calls, disallow-untyped-defs
+# mypy: disallow-incomplete-defs, disallow-untyped-decorators, warn-unused-ignores, warn-return-any
+# mypy: no-implicit-reexport, strict-equality, extra-checks
+# (the flags of mypy --strict, inline: CONVENTIONS asks for strict typing of the adapter)
 """The Kubernetes adapter: the ONLY module of the portal that imports ``kubernetes``.
 
 Callers get plain dataclasses and typed errors, never client model objects or
@@ -7,14 +11,24 @@ generated client defaults to none, and a half-open connection would hang a worke
 
 Configuration: ``PORTAL_KUBECONFIG`` (+ optional ``PORTAL_KUBE_CONTEXT``), else the
 in-cluster service-account config, else "not configured".
+
+Reads (docs/inventory.md §1) are raw paginated LISTs: ``limit=500`` + ``_continue``,
+``_preload_content=False`` and ``json.loads``. The generated client's model deserialisation is
+the slow part on big clusters, and the ``parse_*`` functions below turn each raw item dict into
+a dataclass page by page, so a 10,000-pod LIST never holds more than one page of raw JSON.
+The ``parse_*`` functions are public so unit tests can feed them the real samples.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any, Literal
 
 import urllib3
 from django.conf import settings
@@ -89,6 +103,9 @@ class PodInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     requests: Mapping[str, int] = field(default_factory=dict)
     deleting: bool = False
+    # nvidia.com/* requests whose quantity is not a whole number ("0.5", "1500m"): left out of
+    # ``requests`` and reported by the sync as a warning (raw quantity strings).
+    bad_quantities: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -188,12 +205,13 @@ def api_client() -> client.ApiClient:
     """
     try:
         if settings.PORTAL_KUBECONFIG:
-            return config.new_client_from_config(
+            built: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
                 config_file=settings.PORTAL_KUBECONFIG, context=settings.PORTAL_KUBE_CONTEXT
             )
+            return built
         if "KUBERNETES_SERVICE_HOST" in os.environ:
             configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             return client.ApiClient(configuration)
     except (config.ConfigException, OSError, ValueError) as exc:
         raise K8sError(f"cannot load the Kubernetes configuration: {exc}") from exc
@@ -216,3 +234,493 @@ def server_version() -> ServerVersion:
     except Exception as exc:
         raise translate(exc) from exc
     return ServerVersion(git_version=str(info.git_version), platform=str(info.platform))
+
+
+# --- quantities -------------------------------------------------------------------------------
+
+_QUANTITY = re.compile(
+    r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
+    r"(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E))?$"
+)
+_SUFFIX: dict[str, Decimal] = {
+    "m": Decimal("0.001"),
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+}
+
+
+def parse_int_quantity(value: str | int) -> int:
+    """Parse a Kubernetes quantity that must be a whole, non-negative number of devices.
+
+    Extended resources (``nvidia.com/*``) are integers in practice: the API server refuses
+    fractional extended-resource requests on pods, and device plugins advertise whole counts.
+    Accepts the full quantity grammar (``"8"``, ``"1k"``, ``"2e3"``, ``"2000m"``).
+
+    Args:
+        value: the raw quantity string (or an int, as JSON sometimes carries).
+
+    Returns:
+        The count, e.g. ``parse_int_quantity("1k") == 1000``.
+
+    Raises:
+        ValueError: for a malformed, negative or fractional quantity (``"0.5"``, ``"1500m"``).
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = Decimal(value)
+    else:
+        match = _QUANTITY.match(str(value).strip())
+        if match is None:
+            raise ValueError(f"not a quantity: {value!r}")
+        try:
+            number = Decimal(match["num"])
+        except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
+            raise ValueError(f"not a quantity: {value!r}") from exc
+        if match["exp"]:
+            number = number.scaleb(int(match["exp"][1:]))
+        elif match["suffix"]:
+            number *= _SUFFIX[match["suffix"]]
+    if number < 0:
+        raise ValueError(f"negative quantity: {value!r}")
+    if number != number.to_integral_value():
+        raise ValueError(f"fractional quantity: {value!r}")
+    return int(number)
+
+
+# --- parsing raw objects (JSON dicts as the API server sends them) ----------------------------
+
+GPU_RESOURCE_PREFIX = "nvidia.com/"
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    if all(type(v) is str for v in value.values()):  # the normal case, straight from JSON
+        return dict(value)
+    return {str(k): "" if v is None else str(v) for k, v in value.items()}
+
+
+def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
+    """Turn a raw Node (``v1``) into a :class:`NodeInfo`.
+
+    Args:
+        obj: the Node as JSON (``metadata``, ``spec``, ``status``); missing parts are tolerated.
+
+    Returns:
+        The node; ``ready`` is the ``Ready`` condition (``"True"`` → True, ``"False"`` → False,
+        ``"Unknown"`` or absent → None). Quantities stay raw strings.
+    """
+    meta = _dict(obj.get("metadata"))
+    status = _dict(obj.get("status"))
+    ready: bool | None = None
+    for condition in _list(status.get("conditions")):
+        cond = _dict(condition)
+        if cond.get("type") == "Ready":
+            ready = {"True": True, "False": False}.get(str(cond.get("status")))
+    return NodeInfo(
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        labels=_str_map(meta.get("labels")),
+        annotations=_str_map(meta.get("annotations")),
+        capacity=_str_map(status.get("capacity")),
+        allocatable=_str_map(status.get("allocatable")),
+        unschedulable=bool(_dict(obj.get("spec")).get("unschedulable", False)),
+        ready=ready,
+    )
+
+
+TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def _container_gpu_requests(container: Mapping[str, Any]) -> dict[str, str]:
+    """``nvidia.com/*`` requests of one container; a limit stands in for a missing request
+    (the API server defaults requests to limits; raw objects from elsewhere may not have it)."""
+    resources = _dict(container.get("resources"))
+    merged = {**_str_map(resources.get("limits")), **_str_map(resources.get("requests"))}
+    return {k: v for k, v in merged.items() if k.startswith(GPU_RESOURCE_PREFIX)}
+
+
+def pod_gpu_requests(spec: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
+    """Effective ``nvidia.com/*`` requests of a pod spec, the way the scheduler counts them.
+
+    Per resource: ``max(Σ app containers + Σ sidecars, max over init containers of (its request +
+    the sidecars started before it))`` (Kubernetes "Resource sharing within containers" and
+    "Sidecar containers": init containers with ``restartPolicy: Always`` keep running).
+
+    Args:
+        spec: the pod's ``spec``.
+
+    Returns:
+        ``(requests, bad)``: whole-number requests per resource (zero entries dropped), and the raw
+        strings of fractional or malformed quantities, which are left out of ``requests``.
+    """
+    bad: dict[str, str] = {}
+
+    def amounts(container: Mapping[str, Any]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for name, raw in _container_gpu_requests(container).items():
+            try:
+                out[name] = parse_int_quantity(raw)
+            except ValueError:
+                bad[name] = raw
+        return out
+
+    app: dict[str, int] = {}
+    for container in _list(spec.get("containers")):
+        for name, n in amounts(_dict(container)).items():
+            app[name] = app.get(name, 0) + n
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for container in _list(spec.get("initContainers")):
+        c = _dict(container)
+        mine = amounts(c)
+        if c.get("restartPolicy") == "Always":
+            for name, n in mine.items():
+                sidecars[name] = sidecars.get(name, 0) + n
+            candidates = dict(sidecars)
+        else:
+            candidates = {name: n + sidecars.get(name, 0) for name, n in mine.items()}
+        for name, n in candidates.items():
+            init_peak[name] = max(init_peak.get(name, 0), n)
+    names = set(app) | set(sidecars) | set(init_peak)
+    requests = {
+        name: max(app.get(name, 0) + sidecars.get(name, 0), init_peak.get(name, 0)) for name in sorted(names)
+    }
+    return {k: v for k, v in requests.items() if v > 0}, bad
+
+
+def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
+    """Turn a raw Pod into a :class:`PodInfo`; None for a terminal pod (Succeeded/Failed).
+
+    Args:
+        obj: the Pod as JSON.
+
+    Returns:
+        The pod with its effective ``nvidia.com/*`` requests (see :func:`pod_gpu_requests`), or None.
+    """
+    status = _dict(obj.get("status"))
+    phase = str(status.get("phase") or "")
+    if phase in TERMINAL_POD_PHASES:
+        return None
+    meta = _dict(obj.get("metadata"))
+    spec = _dict(obj.get("spec"))
+    requests, bad = pod_gpu_requests(spec)
+    return PodInfo(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        node_name=str(spec["nodeName"]) if spec.get("nodeName") else None,
+        phase=phase,
+        labels=_str_map(meta.get("labels")),
+        requests=requests,
+        deleting=bool(meta.get("deletionTimestamp")),
+        bad_quantities=bad,
+    )
+
+
+def parse_vmi(obj: Mapping[str, Any]) -> VmiInfo:
+    """Turn a raw VirtualMachineInstance (``kubevirt.io/v1``) into a :class:`VmiInfo`.
+
+    ``node_name`` is ``status.nodeName``, else the ``kubevirt.io/nodeName`` label (DOMAIN.md §5.4);
+    ``gpu_device_names`` are ``spec.domain.devices.gpus[].deviceName`` in order (DOMAIN.md §5.3).
+    """
+    meta = _dict(obj.get("metadata"))
+    status = _dict(obj.get("status"))
+    labels = _str_map(meta.get("labels"))
+    devices = _dict(_dict(_dict(obj.get("spec")).get("domain")).get("devices"))
+    node_name = status.get("nodeName") or labels.get("kubevirt.io/nodeName") or None
+    return VmiInfo(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        phase=str(status.get("phase") or ""),
+        node_name=str(node_name) if node_name else None,
+        labels=labels,
+        annotations=_str_map(meta.get("annotations")),
+        gpu_device_names=tuple(
+            str(_dict(g).get("deviceName")) for g in _list(devices.get("gpus")) if _dict(g).get("deviceName")
+        ),
+    )
+
+
+def parse_cluster_policy(obj: Mapping[str, Any]) -> ClusterPolicyInfo:
+    """Turn a raw ClusterPolicy (``nvidia.com/v1``) into a :class:`ClusterPolicyInfo`.
+
+    Defaults as in the GPU Operator's values.yaml (DOMAIN.md §1, §3): sandbox disabled,
+    ``defaultWorkload`` ``container``, ``mode`` ``kubevirt``; an empty or missing
+    ``vgpuDeviceManager.config.name`` means ``default-vgpu-devices-config``, an empty ``default``
+    means ``default``.
+    """
+    spec = _dict(obj.get("spec"))
+    sandbox = _dict(spec.get("sandboxWorkloads"))
+    vgpu_config = _dict(_dict(spec.get("vgpuDeviceManager")).get("config"))
+    return ClusterPolicyInfo(
+        name=str(_dict(obj.get("metadata")).get("name", "")),
+        sandbox_enabled=sandbox.get("enabled") is True or str(sandbox.get("enabled")).lower() == "true",
+        default_workload=str(sandbox.get("defaultWorkload") or "container"),
+        sandbox_mode=str(sandbox.get("mode") or "kubevirt"),
+        vgpu_config_name=str(vgpu_config.get("name") or "default-vgpu-devices-config"),
+        vgpu_default_config=str(vgpu_config.get("default") or "default"),
+    )
+
+
+def parse_kubevirt(obj: Mapping[str, Any]) -> KubeVirtInfo:
+    """Turn a raw KubeVirt CR into a :class:`KubeVirtInfo` (DOMAIN.md §5.1).
+
+    Reads ``spec.configuration.permittedHostDevices``; the PCI selector is ``pciVendorSelector``,
+    or ``pciDeviceSelector`` (the OpenShift HyperConverged spelling, accepted here too).
+    ``permitted_configured`` is False only when ``permittedHostDevices`` is absent or null
+    (KubeVirt then skips the check); an empty ``{}`` permits nothing.
+    """
+    meta = _dict(obj.get("metadata"))
+    configuration = _dict(_dict(obj.get("spec")).get("configuration"))
+    raw = configuration.get("permittedHostDevices")
+    permitted = _dict(raw)
+    pci = tuple(
+        PermittedPci(
+            selector=str(d.get("pciVendorSelector") or d.get("pciDeviceSelector") or ""),
+            resource_name=str(d.get("resourceName") or ""),
+            external_resource_provider=d.get("externalResourceProvider") is True,
+        )
+        for d in map(_dict, _list(permitted.get("pciHostDevices")))
+    )
+    mdev = tuple(
+        PermittedMdev(
+            selector=str(d.get("mdevNameSelector") or ""),
+            resource_name=str(d.get("resourceName") or ""),
+            external_resource_provider=d.get("externalResourceProvider") is True,
+        )
+        for d in map(_dict, _list(permitted.get("mediatedDevices")))
+    )
+    return KubeVirtInfo(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        permitted_configured=raw is not None,
+        pci_host_devices=pci,
+        mediated_devices=mdev,
+    )
+
+
+# --- calls -------------------------------------------------------------------------------------
+
+LIST_PAGE_SIZE = 500
+
+RawKind = Literal["nodes", "pods", "vmis", "clusterpolicies", "kubevirts"]
+
+# Server-side filter for pods: terminal pods hold no devices (parse_pod drops them too).
+NON_TERMINAL_POD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+def _timeout() -> int:
+    return int(settings.PORTAL_KUBE_TIMEOUT)
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a client method with the timeout; client exceptions become typed ``K8s*`` errors."""
+    try:
+        return fn(*args, _request_timeout=_timeout(), **kwargs)
+    except K8sError:
+        raise
+    except Exception as exc:
+        raise translate(exc) from exc
+
+
+def _decode(response: Any) -> dict[str, Any]:
+    """``json.loads`` of a ``_preload_content=False`` response; non-JSON is a transient error."""
+    try:
+        data = json.loads(response.data)
+    except (ValueError, TypeError) as exc:
+        raise K8sTransientError(f"Kubernetes API sent a response that is not JSON: {exc}") from exc
+    finally:
+        release = getattr(response, "release_conn", None)
+        if callable(release):
+            release()
+    return data if isinstance(data, dict) else {}
+
+
+def _lister(kind: RawKind) -> Callable[..., Any]:
+    api = api_client()
+    if kind == "nodes":
+        return functools.partial(client.CoreV1Api(api).list_node)
+    if kind == "pods":
+        return functools.partial(
+            client.CoreV1Api(api).list_pod_for_all_namespaces, field_selector=NON_TERMINAL_POD_SELECTOR
+        )
+    custom = client.CustomObjectsApi(api)
+    group, version, plural = {
+        "vmis": ("kubevirt.io", "v1", "virtualmachineinstances"),
+        "kubevirts": ("kubevirt.io", "v1", "kubevirts"),
+        "clusterpolicies": ("nvidia.com", "v1", "clusterpolicies"),
+    }[kind]
+    return functools.partial(custom.list_cluster_custom_object, group, version, plural)
+
+
+def iter_raw_pages(kind: RawKind) -> Iterator[list[dict[str, Any]]]:
+    """Yield the raw items of a paginated LIST, one page (≤ 500 items) at a time.
+
+    VMIs and KubeVirt CRs are listed across all namespaces (``/apis/kubevirt.io/v1/<plural>``),
+    pods with the non-terminal field selector.
+
+    Args:
+        kind: ``nodes``, ``pods``, ``vmis``, ``clusterpolicies`` or ``kubevirts``.
+
+    Yields:
+        Lists of item dicts as the API server sent them.
+
+    Raises:
+        K8sNotConfigured, K8sNotFound (CRD not installed), K8sForbidden, K8sTransientError
+        (including 410 Gone for an expired continue token): see :func:`translate`.
+    """
+    lister = _lister(kind)
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False}
+        if token:
+            kwargs["_continue"] = token
+        page = _decode(_call(lister, **kwargs))
+        yield [_dict(item) for item in _list(page.get("items"))]
+        token = _dict(page.get("metadata")).get("continue") or None
+        if not token:
+            return
+
+
+def list_raw(kind: RawKind) -> list[dict[str, Any]]:
+    """All raw items of a LIST (every page). Used by the benchmark as the "raw fetch" baseline.
+
+    Raises:
+        See :func:`iter_raw_pages`.
+    """
+    return [item for page in iter_raw_pages(kind) for item in page]
+
+
+def list_nodes() -> list[NodeInfo]:
+    """Every Node of the cluster.
+
+    Raises:
+        K8sNotConfigured, K8sForbidden, K8sTransientError: see :func:`translate`.
+    """
+    return [parse_node(item) for page in iter_raw_pages("nodes") for item in page]
+
+
+def list_pods() -> list[PodInfo]:
+    """Every non-terminal Pod of every namespace (phase not Succeeded/Failed).
+
+    Raises:
+        K8sNotConfigured, K8sForbidden, K8sTransientError: see :func:`translate`.
+    """
+    pods: list[PodInfo] = []
+    for page in iter_raw_pages("pods"):
+        for item in page:
+            pod = parse_pod(item)
+            if pod is not None:
+                pods.append(pod)
+    return pods
+
+
+def list_vmis() -> list[VmiInfo]:
+    """Every VirtualMachineInstance of every namespace; [] when KubeVirt's CRDs are not installed.
+
+    Raises:
+        K8sNotConfigured, K8sForbidden, K8sTransientError: see :func:`translate`.
+    """
+    try:
+        return [parse_vmi(item) for page in iter_raw_pages("vmis") for item in page]
+    except K8sNotFound:
+        return []
+
+
+def get_cluster_policy() -> ClusterPolicyInfo | None:
+    """The GPU Operator's ClusterPolicy: listed, the first by name (DOMAIN.md §1, pitfall 14).
+
+    Returns:
+        The policy, or None when there is none (or the CRD is not installed).
+
+    Raises:
+        K8sNotConfigured, K8sForbidden, K8sTransientError: see :func:`translate`.
+    """
+    try:
+        items = list_raw("clusterpolicies")
+    except K8sNotFound:
+        return None
+    if not items:
+        return None
+    items.sort(key=lambda item: str(_dict(item.get("metadata")).get("name", "")))
+    return parse_cluster_policy(items[0])
+
+
+def list_kubevirts() -> list[KubeVirtInfo]:
+    """Every KubeVirt CR of every namespace (normally one, ``kubevirt/kubevirt``).
+
+    Returns:
+        The CRs sorted by namespace/name; [] when the KubeVirt CRD is not installed (404).
+
+    Raises:
+        K8sNotConfigured, K8sForbidden, K8sTransientError: see :func:`translate`.
+    """
+    try:
+        items = [parse_kubevirt(item) for item in list_raw("kubevirts")]
+    except K8sNotFound:
+        return []
+    return sorted(items, key=lambda kv: (kv.namespace, kv.name))
+
+
+def read_config_map_data(namespace: str, name: str) -> dict[str, str] | None:
+    """The ``data`` of a ConfigMap.
+
+    Args:
+        namespace: e.g. ``settings.PORTAL_GPU_OPERATOR_NAMESPACE``.
+        name: e.g. ``ClusterPolicyInfo.vgpu_config_name``.
+
+    Returns:
+        ``data`` as a dict (``{}`` when the ConfigMap has none), or None when it does not exist.
+
+    Raises:
+        K8sNotConfigured, K8sForbidden, K8sTransientError: see :func:`translate`.
+    """
+    core = client.CoreV1Api(api_client())
+    try:
+        obj = _decode(_call(core.read_namespaced_config_map, name, namespace, _preload_content=False))
+    except K8sNotFound:
+        return None
+    return _str_map(obj.get("data"))
+
+
+def patch_node_labels(name: str, labels: Mapping[str, str | None]) -> NodeInfo:
+    """Set or remove Node labels with a strategic merge patch on ``metadata.labels``.
+
+    A small patch (never a whole-object update) so concurrent writers such as the vGPU Device
+    Manager are not overwritten (DOMAIN.md pitfall 13); ``None`` removes a label (DEVCLUSTER.md §5.5).
+
+    Args:
+        name: the Node.
+        labels: ``{key: value}``; value None removes the key.
+
+    Returns:
+        The Node after the patch.
+
+    Raises:
+        K8sNotFound: no such Node. K8sInvalid: a bad label key or value (422).
+        K8sForbidden, K8sTransientError: see :func:`translate`.
+    """
+    core = client.CoreV1Api(api_client())
+    body = {"metadata": {"labels": dict(labels)}}
+    response = _call(core.patch_node, name, body, field_validation="Strict", _preload_content=False)
+    return parse_node(_decode(response))

@@ -118,7 +118,8 @@ LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
 # --- i18n -------------------------------------------------------------------------------
-LANGUAGE_CODE = env.choice("LANGUAGE_CODE", "en", ("en", "zh-hans"))
+# Django spells it zh-hans in settings and zh-Hans elsewhere: accept either case.
+LANGUAGE_CODE = env.choice("LANGUAGE_CODE", "en", ("en", "zh-hans"), case_insensitive=True)
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env.str("TIME_ZONE", "UTC")
@@ -181,6 +182,11 @@ if PORTAL_KUBECONFIG and not Path(PORTAL_KUBECONFIG).is_file():
     raise ImproperlyConfigured(f"PORTAL_KUBECONFIG={PORTAL_KUBECONFIG!r} is not a readable file")
 PORTAL_KUBE_CONTEXT = env.raw("PORTAL_KUBE_CONTEXT")
 PORTAL_KUBE_TIMEOUT = env.int("PORTAL_KUBE_TIMEOUT", 10, minimum=1, maximum=300)
+# Namespace of the GPU Operator: its vGPU Device Manager ConfigMap is read from here (DOMAIN.md §3).
+PORTAL_GPU_OPERATOR_NAMESPACE = env.str("PORTAL_GPU_OPERATOR_NAMESPACE", "gpu-operator")
+
+# --- inventory sync ---------------------------------------------------------------------
+PORTAL_SYNC_INTERVAL = env.int("PORTAL_SYNC_INTERVAL", 30, minimum=5)
 
 # --- Celery -----------------------------------------------------------------------------
 _broker_url = env.raw("CELERY_BROKER_URL")
@@ -219,6 +225,12 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "portal-heartbeat": {"task": "portal.heartbeat", "schedule": 60.0},
+    # A message not started within one interval is dropped: the next one is already on its way.
+    "gpuinventory-sync": {
+        "task": "gpuinventory.sync",
+        "schedule": float(PORTAL_SYNC_INTERVAL),
+        "options": {"expires": float(PORTAL_SYNC_INTERVAL)},
+    },
 }
 
 # --- REST framework ---------------------------------------------------------------------
@@ -251,7 +263,9 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
-        "django.server": {"level": "WARNING"},
+        # Replace Django's own console handlers (DEFAULT_LOGGING) so each line is printed once.
+        "django": {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False},
+        "django.server": {"handlers": ["console"], "level": "WARNING", "propagate": False},
         "kubernetes": {"level": "WARNING"},
         "urllib3": {"level": "WARNING"},
     },

@@ -5,13 +5,20 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.urls import path
+from django.urls import include, path
 from django.views.i18n import set_language
 
 from portal import health, views
 
+#: The versioned REST API (namespace ``api``); each app mounts its router here (CONVENTIONS "REST API").
+api_v1_patterns = [
+    path("inventory/", include("gpuinventory.api.urls")),
+]
+
 urlpatterns = [
     path("", views.home, name="home"),
+    path("inventory/", include("gpuinventory.urls")),
+    path("api/v1/", include((api_v1_patterns, "api"))),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # The language switch must work on the login page too.
@@ -20,4 +27,7 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics, name="metrics"),
     path("admin/", admin.site.urls),
+    path("favicon.ico", views.favicon),
 ]
+
+admin.site.site_header = admin.site.site_title = "GPU VM Portal"

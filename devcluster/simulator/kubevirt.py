@@ -159,6 +159,8 @@ class KubeVirtController:
         self._start_delay = start_delay
         self._scheduled_at: dict[str, float] = {}
         self._created: dict[str, str] = {}  # vmi uid -> launcher pod name (before the watch shows it)
+        self._lock = threading.Lock()
+        self._by_uid: dict[str, dict[str, None]] = {}  # vmi uid -> launcher pod keys, in arrival order
         self.queue = WorkQueue("kubevirt", self._reconcile, stop)
 
     # -- events
@@ -176,6 +178,7 @@ class KubeVirtController:
         labels = (pod.get("metadata") or {}).get("labels") or {}
         if labels.get("kubevirt.io") != "virt-launcher":
             return
+        self._index(kind, pod)
         ns_ = pod["metadata"]["namespace"]
         vmi_name = labels.get("vmi.kubevirt.io/id")
         vmi = self._vmis.get(f"{ns_}/{vmi_name}")
@@ -186,15 +189,36 @@ class KubeVirtController:
         self.queue.add(obj_key(vmi))
 
     # -- helpers
+    def _index(self, kind: str, pod: Obj) -> None:
+        """Track launcher pod keys per owning VMI uid, so finding a VMI's pods is O(1), not O(all pods)."""
+        uid = str(((pod.get("metadata") or {}).get("labels") or {}).get("kubevirt.io/created-by"))
+        key = obj_key(pod)
+        with self._lock:
+            if kind == "DELETED":
+                keys = self._by_uid.get(uid)
+                if keys is not None:
+                    keys.pop(key, None)
+                    if not keys:
+                        del self._by_uid[uid]
+            else:
+                self._by_uid.setdefault(uid, {})[key] = None
+
     def _launchers(self, vmi: Obj) -> list[Obj]:
+        """The VMI's launcher pods as the pod store holds them now."""
         uid = vmi["metadata"]["uid"]
         ns_ = vmi["metadata"]["namespace"]
-        return [
-            p
-            for p in self._pods.items()
-            if p["metadata"].get("namespace") == ns_
-            and ((p["metadata"].get("labels") or {}).get("kubevirt.io/created-by")) == uid
-        ]
+        with self._lock:
+            keys = list(self._by_uid.get(uid) or ())
+        out = []
+        for key in keys:
+            p = self._pods.get(key)
+            if (
+                p is not None
+                and p["metadata"].get("namespace") == ns_
+                and ((p["metadata"].get("labels") or {}).get("kubevirt.io/created-by")) == uid
+            ):
+                out.append(p)
+        return out
 
     def _delete_pod(self, ns_: str, name: str) -> None:
         try:
@@ -388,6 +412,7 @@ class KubeVirtController:
         created = call_json(self._core.create_namespaced_pod, vmi["metadata"]["namespace"], pod)
         self._created[vmi["metadata"]["uid"]] = created["metadata"]["name"]
         self._pods.put(created)
+        self._index("ADDED", created)
         self._patch_vmi(vmi, {"phase": "Scheduling", "conditions": []})
         return None
 

@@ -61,6 +61,7 @@ _SUFFIX = {
     "Ei": Decimal(2**60),
 }
 _QTY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+_ZERO = Decimal(0)
 
 
 def parse_quantity(value: Any) -> Decimal:
@@ -150,11 +151,26 @@ def matches_affinity(pod: Obj, node: Obj) -> bool:
     return False
 
 
-def filter_node(pod: Obj, node: Obj, used: dict[str, Decimal]) -> tuple[list[str], bool]:
+def node_allocatable(node: Obj) -> dict[str, Decimal]:
+    """``status.allocatable`` parsed into base units."""
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    return {name: parse_quantity(q) for name, q in alloc.items()}
+
+
+def filter_node(
+    pod: Obj,
+    node: Obj,
+    used: dict[str, Decimal],
+    *,
+    requests: dict[str, Decimal] | None = None,
+    allocatable: dict[str, Decimal] | None = None,
+) -> tuple[list[str], bool]:
     """Run the filters on one node.
 
     Args:
         pod: The pod to place. node: Candidate node. used: Summed requests of its non-terminal pods.
+        requests: ``pod_requests(pod)`` when the caller has it already (one parse per attempt, not per node).
+        allocatable: ``node_allocatable(node)`` when the caller has it cached.
 
     Returns:
         (reasons, resolvable): empty reasons = fits; ``resolvable`` is False for
@@ -172,13 +188,13 @@ def filter_node(pod: Obj, node: Obj, used: dict[str, Decimal]) -> tuple[list[str
             return [REASON_TAINT], False
     if not matches_affinity(pod, node):
         return [REASON_AFFINITY], False
-    alloc = (node.get("status") or {}).get("allocatable") or {}
+    alloc = node_allocatable(node) if allocatable is None else allocatable
     reasons: list[str] = []
-    for name, want in pod_requests(pod).items():
+    for name, want in (pod_requests(pod) if requests is None else requests).items():
         if want <= 0:
             continue
-        have = parse_quantity(alloc.get(name, "0"))
-        if used.get(name, Decimal(0)) + want > have:
+        have = alloc.get(name, _ZERO)
+        if used.get(name, _ZERO) + want > have:
             reasons.append(REASON_TOO_MANY_PODS if name == "pods" else f"Insufficient {name}")
     return reasons, True
 
@@ -254,15 +270,95 @@ def allocate(pod: Obj, node: Obj, others: list[Obj]) -> list[dict[str, Any]]:
     return out
 
 
-def _score(pod: Obj, node: Obj, used: dict[str, Decimal]) -> tuple[Decimal, str]:
+def _score(
+    requests: dict[str, Decimal], name: str, alloc: dict[str, Decimal], used: dict[str, Decimal]
+) -> tuple[Decimal, str]:
     """LeastAllocated-like score (lower is better): mean used fraction of the requested resources after placing."""
-    alloc = (node.get("status") or {}).get("allocatable") or {}
     fracs = []
-    for name, want in pod_requests(pod).items():
-        have = parse_quantity(alloc.get(name, "0"))
+    for res, want in requests.items():
+        have = alloc.get(res, _ZERO)
         if have > 0:
-            fracs.append((used.get(name, Decimal(0)) + want) / have)
-    return (sum(fracs, Decimal(0)) / len(fracs) if fracs else Decimal(0), str(node["metadata"]["name"]))
+            fracs.append((used.get(res, _ZERO) + want) / have)
+    return (sum(fracs, _ZERO) / len(fracs) if fracs else _ZERO, name)
+
+
+class NodeUsage:
+    """Running totals of the requests of bound, non-terminal pods per node (kube-scheduler's cache keeps
+    the same sums in ``NodeInfo.Requested``, ``pkg/scheduler/backend/cache``), fed by pod events.
+
+    A pod is added when an event shows it bound (``spec.nodeName`` set, phase not terminal) and
+    subtracted when it is deleted or reaches ``Succeeded``/``Failed``; every event costs O(1), so a
+    scheduling attempt reads the totals in O(nodes) instead of summing all pods. ``nodeName`` is
+    immutable once set, so an event without it for a pod already counted is an older version arriving
+    after our own write-through (the assumed pod stays counted). Not thread-safe: the caller locks.
+    """
+
+    def __init__(self) -> None:
+        self._node_of: dict[str, str] = {}
+        self._requests: dict[str, dict[str, Decimal]] = {}
+        self._used: dict[str, dict[str, Decimal]] = {}
+        self._pods: dict[str, dict[str, Obj]] = {}
+
+    def update(self, kind: str, pod: Obj) -> bool:
+        """Apply one pod event (``ADDED``/``MODIFIED``/``DELETED``/``SYNC``).
+
+        Returns:
+            True when the event released capacity (a counted pod was deleted or finished).
+        """
+        key = obj_key(pod)
+        node = (pod.get("spec") or {}).get("nodeName")
+        gone = kind == "DELETED" or is_terminal(pod)
+        old = self._node_of.get(key)
+        if gone:
+            return self._remove(key)
+        if not node:
+            return False  # unbound, or a stale pre-binding version of a pod we already count
+        requests = pod_requests(pod)
+        if old == node:
+            if requests != self._requests[key]:  # in-place resize: replace the old requests
+                self._add_to(node, self._requests[key], -1)
+                self._add_to(node, requests, 1)
+                self._requests[key] = requests
+        else:
+            self._remove(key)
+            self._node_of[key] = node
+            self._requests[key] = requests
+            self._add_to(node, requests, 1)
+        self._pods.setdefault(node, {})[key] = pod
+        return False
+
+    def _remove(self, key: str) -> bool:
+        node = self._node_of.pop(key, None)
+        if node is None:
+            return False
+        self._add_to(node, self._requests.pop(key), -1)
+        pods = self._pods.get(node) or {}
+        pods.pop(key, None)
+        if not pods:
+            self._pods.pop(node, None)
+            self._used.pop(node, None)
+        return True
+
+    def _add_to(self, node: str, requests: dict[str, Decimal], sign: int) -> None:
+        used = self._used.setdefault(node, {})
+        for res, q in requests.items():
+            used[res] = used.get(res, _ZERO) + sign * q
+
+    def used(self, node: str) -> dict[str, Decimal]:
+        """A copy of the summed requests on ``node`` (empty when nothing runs there)."""
+        return dict(self._used.get(node) or {})
+
+    def snapshot(self) -> dict[str, dict[str, Decimal]]:
+        """A copy of all totals (O(nodes x resources))."""
+        return {node: dict(used) for node, used in self._used.items()}
+
+    def pods_on(self, node: str) -> list[Obj]:
+        """The counted pods on ``node`` (for device allocation)."""
+        return list((self._pods.get(node) or {}).values())
+
+    def node_of(self, key: str) -> str | None:
+        """The node a pod is counted on, or ``None``."""
+        return self._node_of.get(key)
 
 
 def _now() -> str:
@@ -286,29 +382,27 @@ class Scheduler:
         self._delay = delay
         self._lock = threading.Lock()
         self._pending: set[str] = set()
-        self._on_node: dict[str, dict[str, Obj]] = {}
+        self.usage = NodeUsage()
+        self._alloc_cache: dict[str, tuple[str, dict[str, Decimal]]] = {}
         self._ips: set[str] = set()
         self._ip_seq = 0
         self.queue = WorkQueue("scheduler", self._reconcile, stop)
 
     # -- events
     def on_pod(self, kind: str, pod: Obj) -> None:
-        """Keep the per-node index and the unscheduled set; requeue waiting pods when capacity frees up."""
+        """Keep the per-node running totals and the unscheduled set; requeue waiting pods when capacity
+        frees up. O(1) per event."""
         key = obj_key(pod)
         node = (pod.get("spec") or {}).get("nodeName")
-        freed = False
         with self._lock:
-            for pods in self._on_node.values():
-                if pods.pop(key, None) is not None and (kind == "DELETED" or is_terminal(pod)):
-                    freed = True
+            freed = self.usage.update(kind, pod)
             ip = (pod.get("status") or {}).get("podIP")
             if ip:
                 self._ips.add(ip)
-            if kind != "DELETED" and node and not is_terminal(pod):
-                self._on_node.setdefault(node, {})[key] = pod
             if (
                 kind == "DELETED"
                 or node
+                or self.usage.node_of(key) is not None
                 or is_terminal(pod)
                 or (pod.get("metadata") or {}).get("deletionTimestamp")
             ):
@@ -323,6 +417,8 @@ class Scheduler:
 
     def on_node(self, kind: str, node: Obj) -> None:
         """A node change may make room (or a new node may fit): retry every waiting pod."""
+        if kind == "DELETED":
+            self._alloc_cache.pop(str((node.get("metadata") or {}).get("name")), None)
         self.requeue_all()
 
     def requeue_all(self) -> None:
@@ -333,6 +429,18 @@ class Scheduler:
             self.queue.add(key)
 
     # -- work
+    def _allocatable(self, node: Obj) -> dict[str, Decimal]:
+        """Parsed ``status.allocatable``, cached per node name and resourceVersion."""
+        meta = node.get("metadata") or {}
+        name, rv = str(meta.get("name")), meta.get("resourceVersion")
+        hit = self._alloc_cache.get(name)
+        if rv and hit is not None and hit[0] == rv:
+            return hit[1]
+        alloc = node_allocatable(node)
+        if rv:
+            self._alloc_cache[name] = (str(rv), alloc)
+        return alloc
+
     def _next_ip(self) -> str:
         with self._lock:
             while True:
@@ -349,29 +457,33 @@ class Scheduler:
             return None
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             return None
+        with self._lock:
+            if self.usage.node_of(key) is not None:
+                return None  # bound by us; the informer has not caught up yet
         nodes = self._nodes.items()
         with self._lock:
-            on_node = {n: list(p.values()) for n, p in self._on_node.items()}
+            totals = self.usage.snapshot()
+        requests = pod_requests(pod)
         feasible: list[tuple[tuple[Decimal, str], Obj]] = []
         failed: list[tuple[list[str], bool]] = []
         for node in nodes:
             name = node["metadata"]["name"]
-            used: dict[str, Decimal] = {}
-            for other in on_node.get(name, []):
-                for r, q in pod_requests(other).items():
-                    used[r] = used.get(r, Decimal(0)) + q
-            reasons, resolvable = filter_node(pod, node, used)
+            used = totals.get(name) or {}
+            alloc = self._allocatable(node)
+            reasons, resolvable = filter_node(pod, node, used, requests=requests, allocatable=alloc)
             if reasons:
                 failed.append((reasons, resolvable))
             else:
-                feasible.append((_score(pod, node, used), node))
+                feasible.append((_score(requests, name, alloc, used), node))
         ns_, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         if not feasible:
             self._mark_unschedulable(pod, fit_error_message(len(nodes), failed))
             return None
         node = min(feasible, key=lambda t: t[0])[1]
         node_name = node["metadata"]["name"]
-        allocation = allocate(pod, node, on_node.get(node_name, []))
+        with self._lock:
+            others = self.usage.pods_on(node_name)
+        allocation = allocate(pod, node, others)
         try:
             self._core.patch_namespaced_pod(
                 name,

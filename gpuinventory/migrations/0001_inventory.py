@@ -5,134 +5,261 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='GpuNode',
+            name="GpuNode",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=253, unique=True, verbose_name='name')),
-                ('uid', models.CharField(blank=True, max_length=64)),
-                ('present', models.BooleanField(db_index=True, default=True, verbose_name='present')),
-                ('first_seen', models.DateTimeField(verbose_name='first seen')),
-                ('last_seen', models.DateTimeField(verbose_name='last seen')),
-                ('workload_mode', models.CharField(choices=[('container', 'container'), ('vm-passthrough', 'vm-passthrough'), ('vm-vgpu', 'vm-vgpu')], db_index=True, max_length=20, verbose_name='workload mode')),
-                ('mode_source', models.CharField(choices=[('label', 'node label'), ('cluster_default', 'cluster default (no label)'), ('invalid_label', 'invalid label value, cluster default used'), ('sandbox_disabled', 'sandbox workloads disabled in the ClusterPolicy')], max_length=20, verbose_name='mode decided by')),
-                ('mode_label_value', models.CharField(blank=True, help_text='raw label value, if any', max_length=63)),
-                ('transitioning', models.BooleanField(default=False, verbose_name='transitioning')),
-                ('gpu_model', models.CharField(blank=True, max_length=100, verbose_name='GPU model')),
-                ('gpu_count', models.PositiveIntegerField(blank=True, null=True, verbose_name='GPU count')),
-                ('gpu_memory_mib', models.PositiveIntegerField(blank=True, null=True, verbose_name='GPU memory (MiB)')),
-                ('model_source', models.CharField(blank=True, help_text='where the model came from', max_length=40)),
-                ('ready', models.BooleanField(null=True, verbose_name='ready')),
-                ('unschedulable', models.BooleanField(default=False, verbose_name='cordoned')),
-                ('vgpu_config', models.CharField(blank=True, max_length=63, verbose_name='vGPU config')),
-                ('vgpu_config_state', models.CharField(blank=True, max_length=20, verbose_name='vGPU config state')),
-                ('labels', models.JSONField(default=dict)),
-                ('flags', models.JSONField(default=list)),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('updated', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=253, unique=True, verbose_name="name")),
+                ("uid", models.CharField(blank=True, max_length=64)),
+                ("present", models.BooleanField(db_index=True, default=True, verbose_name="present")),
+                ("first_seen", models.DateTimeField(verbose_name="first seen")),
+                ("last_seen", models.DateTimeField(verbose_name="last seen")),
+                (
+                    "workload_mode",
+                    models.CharField(
+                        choices=[
+                            ("container", "container"),
+                            ("vm-passthrough", "vm-passthrough"),
+                            ("vm-vgpu", "vm-vgpu"),
+                        ],
+                        db_index=True,
+                        max_length=20,
+                        verbose_name="workload mode",
+                    ),
+                ),
+                (
+                    "mode_source",
+                    models.CharField(
+                        choices=[
+                            ("label", "node label"),
+                            ("cluster_default", "cluster default (no label)"),
+                            ("invalid_label", "invalid label value, cluster default used"),
+                            ("sandbox_disabled", "sandbox workloads disabled in the ClusterPolicy"),
+                        ],
+                        max_length=20,
+                        verbose_name="mode decided by",
+                    ),
+                ),
+                (
+                    "mode_label_value",
+                    models.CharField(blank=True, help_text="raw label value, if any", max_length=63),
+                ),
+                ("transitioning", models.BooleanField(default=False, verbose_name="transitioning")),
+                ("gpu_model", models.CharField(blank=True, max_length=100, verbose_name="GPU model")),
+                ("gpu_count", models.PositiveIntegerField(blank=True, null=True, verbose_name="GPU count")),
+                (
+                    "gpu_memory_mib",
+                    models.PositiveIntegerField(blank=True, null=True, verbose_name="GPU memory (MiB)"),
+                ),
+                (
+                    "model_source",
+                    models.CharField(blank=True, help_text="where the model came from", max_length=40),
+                ),
+                ("ready", models.BooleanField(null=True, verbose_name="ready")),
+                ("unschedulable", models.BooleanField(default=False, verbose_name="cordoned")),
+                ("vgpu_config", models.CharField(blank=True, max_length=63, verbose_name="vGPU config")),
+                (
+                    "vgpu_config_state",
+                    models.CharField(blank=True, max_length=20, verbose_name="vGPU config state"),
+                ),
+                ("labels", models.JSONField(default=dict)),
+                ("flags", models.JSONField(default=list)),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("updated", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'verbose_name': 'GPU node',
-                'verbose_name_plural': 'GPU nodes',
-                'ordering': ['name'],
+                "verbose_name": "GPU node",
+                "verbose_name_plural": "GPU nodes",
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='SyncRun',
+            name="SyncRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('started', models.DateTimeField(db_index=True, verbose_name='started')),
-                ('finished', models.DateTimeField(blank=True, null=True, verbose_name='finished')),
-                ('status', models.CharField(choices=[('running', 'running'), ('success', 'succeeded'), ('failed', 'failed')], default='running', max_length=10, verbose_name='status')),
-                ('trigger', models.CharField(default='beat', help_text='beat, manual, command', max_length=20)),
-                ('error', models.TextField(blank=True)),
-                ('counts', models.JSONField(default=dict)),
-                ('timings', models.JSONField(default=dict)),
-                ('warnings', models.JSONField(default=list)),
-                ('cluster_version', models.CharField(blank=True, max_length=40)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("started", models.DateTimeField(db_index=True, verbose_name="started")),
+                ("finished", models.DateTimeField(blank=True, null=True, verbose_name="finished")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("running", "running"), ("success", "succeeded"), ("failed", "failed")],
+                        default="running",
+                        max_length=10,
+                        verbose_name="status",
+                    ),
+                ),
+                (
+                    "trigger",
+                    models.CharField(default="beat", help_text="beat, manual, command", max_length=20),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("counts", models.JSONField(default=dict)),
+                ("timings", models.JSONField(default=dict)),
+                ("warnings", models.JSONField(default=list)),
+                ("cluster_version", models.CharField(blank=True, max_length=40)),
             ],
             options={
-                'ordering': ['-started'],
-                'get_latest_by': 'started',
+                "ordering": ["-started"],
+                "get_latest_by": "started",
             },
         ),
         migrations.CreateModel(
-            name='VgpuConfig',
+            name="VgpuConfig",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=63, unique=True)),
-                ('config_map', models.CharField(help_text='namespace/name of the ConfigMap', max_length=253)),
-                ('entries', models.JSONField(default=list)),
-                ('present', models.BooleanField(default=True)),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('updated', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=63, unique=True)),
+                ("config_map", models.CharField(help_text="namespace/name of the ConfigMap", max_length=253)),
+                ("entries", models.JSONField(default=list)),
+                ("present", models.BooleanField(default=True)),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("updated", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='PermittedDevice',
+            name="PermittedDevice",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('pci', 'PCI host device'), ('mdev', 'mediated device')], max_length=4)),
-                ('resource_name', models.CharField(max_length=253)),
-                ('selector', models.CharField(help_text='pciVendorSelector or mdevNameSelector', max_length=253)),
-                ('external_resource_provider', models.BooleanField(default=False)),
-                ('source', models.CharField(help_text='namespace/name of the KubeVirt CR', max_length=253)),
-                ('present', models.BooleanField(default=True)),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('updated', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("pci", "PCI host device"), ("mdev", "mediated device")], max_length=4
+                    ),
+                ),
+                ("resource_name", models.CharField(max_length=253)),
+                (
+                    "selector",
+                    models.CharField(help_text="pciVendorSelector or mdevNameSelector", max_length=253),
+                ),
+                ("external_resource_provider", models.BooleanField(default=False)),
+                ("source", models.CharField(help_text="namespace/name of the KubeVirt CR", max_length=253)),
+                ("present", models.BooleanField(default=True)),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("updated", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['kind', 'resource_name'],
-                'constraints': [models.UniqueConstraint(fields=('kind', 'resource_name', 'selector'), name='permitteddevice_unique')],
+                "ordering": ["kind", "resource_name"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("kind", "resource_name", "selector"), name="permitteddevice_unique"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='GpuConsumer',
+            name="GpuConsumer",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('resource_name', models.CharField(max_length=253)),
-                ('count', models.PositiveIntegerField()),
-                ('pod_namespace', models.CharField(max_length=63)),
-                ('pod_name', models.CharField(max_length=253)),
-                ('vmi_name', models.CharField(blank=True, help_text='set for virt-launcher pods', max_length=253)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='consumers', to='gpuinventory.gpunode')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("resource_name", models.CharField(max_length=253)),
+                ("count", models.PositiveIntegerField()),
+                ("pod_namespace", models.CharField(max_length=63)),
+                ("pod_name", models.CharField(max_length=253)),
+                (
+                    "vmi_name",
+                    models.CharField(blank=True, help_text="set for virt-launcher pods", max_length=253),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="consumers",
+                        to="gpuinventory.gpunode",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['node__name', 'resource_name', 'pod_namespace', 'pod_name'],
-                'constraints': [models.UniqueConstraint(fields=('node', 'resource_name', 'pod_namespace', 'pod_name'), name='gpuconsumer_unique')],
+                "ordering": ["node__name", "resource_name", "pod_namespace", "pod_name"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("node", "resource_name", "pod_namespace", "pod_name"),
+                        name="gpuconsumer_unique",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='GpuResource',
+            name="GpuResource",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=253, verbose_name='resource')),
-                ('kind', models.CharField(choices=[('gpu', 'GPU (container)'), ('gpu_shared', 'shared GPU (time-slicing/MPS)'), ('mig', 'MIG device'), ('passthrough', 'passthrough GPU'), ('vgpu', 'vGPU')], max_length=20, verbose_name='kind')),
-                ('model', models.CharField(blank=True, max_length=100, verbose_name='model')),
-                ('pci_device_id', models.CharField(blank=True, max_length=4)),
-                ('vgpu_type', models.CharField(blank=True, max_length=40, verbose_name='vGPU type')),
-                ('framebuffer_gb', models.DecimalField(blank=True, decimal_places=1, max_digits=6, null=True)),
-                ('series', models.CharField(blank=True, max_length=1)),
-                ('capacity', models.PositiveIntegerField(default=0, verbose_name='capacity')),
-                ('allocatable', models.PositiveIntegerField(default=0, verbose_name='allocatable')),
-                ('used', models.PositiveIntegerField(default=0, verbose_name='used')),
-                ('stale', models.BooleanField(default=False, verbose_name='stale')),
-                ('permitted', models.BooleanField(null=True, verbose_name='permitted')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='resources', to='gpuinventory.gpunode')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=253, verbose_name="resource")),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("gpu", "GPU (container)"),
+                            ("gpu_shared", "shared GPU (time-slicing/MPS)"),
+                            ("mig", "MIG device"),
+                            ("passthrough", "passthrough GPU"),
+                            ("vgpu", "vGPU"),
+                        ],
+                        max_length=20,
+                        verbose_name="kind",
+                    ),
+                ),
+                ("model", models.CharField(blank=True, max_length=100, verbose_name="model")),
+                ("pci_device_id", models.CharField(blank=True, max_length=4)),
+                ("vgpu_type", models.CharField(blank=True, max_length=40, verbose_name="vGPU type")),
+                (
+                    "framebuffer_gb",
+                    models.DecimalField(blank=True, decimal_places=1, max_digits=6, null=True),
+                ),
+                ("series", models.CharField(blank=True, max_length=1)),
+                ("capacity", models.PositiveIntegerField(default=0, verbose_name="capacity")),
+                ("allocatable", models.PositiveIntegerField(default=0, verbose_name="allocatable")),
+                ("used", models.PositiveIntegerField(default=0, verbose_name="used")),
+                ("stale", models.BooleanField(default=False, verbose_name="stale")),
+                ("permitted", models.BooleanField(null=True, verbose_name="permitted")),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="resources",
+                        to="gpuinventory.gpunode",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['node__name', 'name'],
-                'constraints': [models.UniqueConstraint(fields=('node', 'name'), name='gpuresource_unique_per_node')],
+                "ordering": ["node__name", "name"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("node", "name"), name="gpuresource_unique_per_node")
+                ],
             },
         ),
     ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from portal.celery import app
 
 
@@ -24,6 +26,7 @@ def test_broker_follows_the_environment() -> None:
     assert app.conf.broker_url == expected
 
 
+@pytest.mark.django_db
 def test_static_beat_schedule_and_registered_tasks() -> None:
     app.loader.import_default_modules()
     assert app.conf.beat_schedule["portal-heartbeat"] == {"task": "portal.heartbeat", "schedule": 60.0}

@@ -108,3 +108,10 @@ def test_database_sqlite_and_postgres() -> None:
 def test_database_rejects_malformed_urls(url: str, message: str) -> None:
     with pytest.raises(ImproperlyConfigured, match=message):
         Env({"DATABASE_URL": url}).database("DATABASE_URL", "sqlite:///x")
+
+
+def test_choice_can_ignore_case() -> None:
+    env = Env({"LANGUAGE_CODE": "zh-Hans"})
+    assert env.choice("LANGUAGE_CODE", "en", ("en", "zh-hans"), case_insensitive=True) == "zh-hans"
+    with pytest.raises(ImproperlyConfigured, match="LANGUAGE_CODE='zh-Hans' must be one of: en, zh-hans"):
+        env.choice("LANGUAGE_CODE", "en", ("en", "zh-hans"))

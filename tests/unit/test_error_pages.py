@@ -47,3 +47,11 @@ def test_login_shows_field_errors_and_limits_the_username() -> None:
     assert response.status_code == 200
     assert page.count('<p class="field-error" role="alert">This field is required.</p>') == 2
     assert 'maxlength="150"' in page
+
+
+def test_favicon_is_served_without_login() -> None:
+    response = Client().get("/favicon.ico")
+    assert response.status_code == 301
+    assert response["Location"] == "/static/favicon.svg"
+    page = Client().get("/login/").content.decode()
+    assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in page

@@ -113,3 +113,14 @@ def test_csp_header_forbids_inline_script(client: Client) -> None:
     assert directives["style-src"] == "'self'"
     assert directives["frame-ancestors"] == "'none'"
     assert "unsafe-inline" not in policy
+
+
+def test_django_log_lines_are_printed_once() -> None:
+    import logging
+
+    django_logger = logging.getLogger("django")
+    assert django_logger.propagate is False
+    # pytest adds its own capture handlers; ours is the one console StreamHandler.
+    streams = [h for h in django_logger.handlers if type(h) is logging.StreamHandler]
+    assert len(streams) == 1
+    assert [f.__class__.__name__ for f in streams[0].filters] == ["RequestIDLogFilter"]

@@ -1,0 +1,430 @@
+"""Inventory pages: access per role, the htmx partials, filters, sorting, pagination, query budget,
+exact dashboard numbers, the node page, "Sync now", and Chinese rendering."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from gpuinventory.models import GpuNode
+from tests.factories import (
+    portal_user,
+    stored_consumer,
+    stored_fleet,
+    stored_node,
+    stored_permitted_device,
+    stored_resource,
+    stored_sync_run,
+    stored_vgpu_config,
+)
+
+pytestmark = pytest.mark.django_db
+
+PAGES = [
+    "/inventory/",
+    "/inventory/nodes/",
+    "/inventory/nodes/gpu-p-000/",
+    "/inventory/vgpu-configs/",
+    "/inventory/permitted-devices/",
+]
+
+
+@pytest.fixture
+def fleet() -> list[GpuNode]:
+    """The known rows of the exact-number tests (see ``stored_fleet``), plus:
+
+    - ``gpu-v-over``: vGPU node whose pods use more than allocatable (free must stay 0);
+    - ``gpu-gone``: an absent container node (never counted);
+    - a vGPU config, a permitted device and a successful sync 5 s ago.
+    """
+    nodes = stored_fleet(1)
+    over = stored_node("gpu-v-over", "vm-vgpu", gpu_model="Tesla T4", gpu_count=1, ready=False)
+    stored_resource(over, "nvidia.com/GRID_T4-8Q", 2, used=3, model="T4", vgpu_type="T4-8Q")
+    gone = stored_node(
+        "gpu-gone",
+        "container",
+        present=False,
+        last_seen=timezone.now() - timedelta(days=2),
+        gpu_model="NVIDIA-B200",
+    )
+    stored_resource(gone, "nvidia.com/gpu", 8, used=8)
+    stored_vgpu_config("T4-8Q", [{"device_filter": None, "devices": "all", "vgpu_devices": {"T4-8Q": 2}}])
+    stored_permitted_device("nvidia.com/GA106_RTX_A2000_12GB", "10DE:2571")
+    stored_sync_run(age_seconds=5)
+    return [*nodes, over, gone]
+
+
+def client_for(role: str) -> Client:
+    client = Client()
+    client.force_login(portal_user(role))
+    return client
+
+
+def stat(html: str, key: str) -> int:
+    """The number in ``<dd ... data-stat="key">N</dd>``."""
+    match = re.search(rf'data-stat="{re.escape(key)}">(\d+)<', html)
+    assert match, f"no stat {key}"
+    return int(match.group(1))
+
+
+def node_names(response: Any) -> list[str]:
+    return [row.record.name for row in response.context["table"].page.object_list]
+
+
+# --- access -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_anonymous_is_sent_to_login(fleet: list[GpuNode], path: str) -> None:
+    response = Client().get(path)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/?next=")
+
+
+def test_anonymous_sync_now_is_sent_to_login(fleet: list[GpuNode]) -> None:
+    response = Client().post("/inventory/sync/")
+    assert response.status_code == 302
+    assert response["Location"] == "/login/?next=/inventory/sync/"
+
+
+@pytest.mark.parametrize("role", ["analyst", "approver", "admin"])
+@pytest.mark.parametrize("path", PAGES)
+def test_every_role_reads_every_page(fleet: list[GpuNode], role: str, path: str) -> None:
+    response = client_for(role).get(path)
+    assert response.status_code == 200
+    if path != "/inventory/nodes/gpu-p-000/":  # the list pages
+        assert "HX-Request" in response["Vary"]
+
+
+def test_unknown_node_is_404(fleet: list[GpuNode]) -> None:
+    assert client_for("analyst").get("/inventory/nodes/no-such-node/").status_code == 404
+
+
+def test_nav_links_to_the_inventory(fleet: list[GpuNode]) -> None:
+    html = client_for("analyst").get("/").content.decode()
+    assert 'href="/inventory/"' in html
+
+
+# --- sync now -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def queued(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Record ``gpuinventory.tasks.sync.delay`` calls instead of sending them to a broker."""
+    from gpuinventory import tasks
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(tasks.sync, "delay", lambda *args, **kwargs: calls.append(kwargs))
+    return calls
+
+
+@pytest.mark.parametrize("role", ["analyst", "approver"])
+def test_sync_now_is_forbidden_to_non_admins(
+    fleet: list[GpuNode], role: str, queued: list[dict[str, Any]], django_capture_on_commit_callbacks: Any
+) -> None:
+    client = client_for(role)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post("/inventory/sync/")
+    assert response.status_code == 403
+    assert queued == []
+    assert "Sync now" not in client.get("/inventory/").content.decode()
+
+
+@pytest.mark.parametrize("role", ["admin", "staff"])
+def test_sync_now_queues_one_sync_after_commit(
+    fleet: list[GpuNode], role: str, queued: list[dict[str, Any]], django_capture_on_commit_callbacks: Any
+) -> None:
+    client = client_for(role)
+    assert "Sync now" in client.get("/inventory/").content.decode()
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = client.post("/inventory/sync/")
+    assert queued == []  # nothing sent before the commit
+    for callback in callbacks:
+        callback()
+    assert response.status_code == 302
+    assert response["Location"] == "/inventory/"
+    assert queued == [{"trigger": "manual"}]
+    assert "A sync was queued" in client.get("/inventory/").content.decode()
+
+
+def test_sync_now_needs_post(fleet: list[GpuNode]) -> None:
+    assert client_for("admin").get("/inventory/sync/").status_code == 405
+
+
+def test_sync_now_needs_csrf(fleet: list[GpuNode]) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(portal_user("admin"))
+    assert client.post("/inventory/sync/").status_code == 403
+
+
+# --- htmx ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/inventory/", "/inventory/nodes/"])
+def test_htmx_request_gets_only_the_table_partial(fleet: list[GpuNode], path: str) -> None:
+    client = client_for("analyst")
+    full = client.get(path)
+    partial = client.get(path, headers={"HX-Request": "true", "HX-Target": "node-table"})
+
+    def vary(response: Any) -> set[str]:
+        return {value.strip() for value in response["Vary"].split(",")}
+
+    assert "HX-Request" in vary(full)
+    assert vary(full) == vary(partial)
+    body = partial.content.decode()
+    assert body.lstrip().startswith('<div id="node-table"')
+    assert "<html" not in body and "<nav" not in body.split("pagination")[0]
+    assert 'hx-trigger="every 10s, visibilitychange from:document"' in body
+    assert 'id="inventory-summary"' not in body
+    assert "gpu-c-000" in body
+    assert re.search(r"Last synced \d s ago", body)
+    assert "<html" in full.content.decode()
+
+
+def test_htmx_summary_partial(fleet: list[GpuNode]) -> None:
+    response = client_for("analyst").get(
+        "/inventory/", headers={"HX-Request": "true", "HX-Target": "inventory-summary"}
+    )
+    body = response.content.decode()
+    assert body.lstrip().startswith('<section id="inventory-summary"')
+    assert 'id="node-table"' not in body
+    assert stat(body, "vm-vgpu-total") == 6
+
+
+def test_every_htmx_control_has_a_real_link(fleet: list[GpuNode]) -> None:
+    html = client_for("analyst").get("/inventory/nodes/?per_page=2").content.decode()
+    for match in re.finditer(r"<a [^>]*hx-get=\"([^\"]+)\"[^>]*>", html):
+        tag = match.group(0)
+        assert f'href="{match.group(1)}"' in tag
+        assert 'hx-push-url="true"' in tag
+    form = re.search(r"<form class=\"filters\"[^>]*>", html)
+    assert form is not None
+    assert 'method="get"' in form.group(0) and 'action="/inventory/nodes/"' in form.group(0)
+    assert 'hx-push-url="true"' in form.group(0)
+
+
+def test_pages_have_no_inline_scripts_or_styles(fleet: list[GpuNode]) -> None:
+    client = client_for("admin")
+    for path in PAGES:
+        html = client.get(path).content.decode()
+        assert html.count("<script") == html.count("<script src="), path
+        assert "<style" not in html and " style=" not in html, path
+
+
+# --- filters, sorting, pagination ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("mode=vm-vgpu", ["gpu-v-000", "gpu-v-over"]),
+        ("mode=container", ["gpu-c-000", "gpu-gone"]),
+        ("model=RTX+A2000+12GB", ["gpu-p-000"]),
+        ("resource=nvidia.com/GRID_T4-8Q", ["gpu-v-000", "gpu-v-over"]),
+        ("resource=nvidia.com/2571", None),  # stale entries are not offered as a filter value
+        ("ready=false", ["gpu-v-over"]),
+        ("present=false", ["gpu-gone"]),
+        ("has_flags=true", ["gpu-p-000"]),
+        ("has_flags=false&mode=vm-passthrough", []),
+        ("q=a2000", ["gpu-p-000"]),
+        ("q=gpu-v", ["gpu-v-000", "gpu-v-over"]),
+        ("q=T4-8Q&ready=true", ["gpu-v-000"]),
+    ],
+)
+def test_filters(fleet: list[GpuNode], query: str, expected: list[str] | None) -> None:
+    response = client_for("analyst").get(f"/inventory/nodes/?{query}")
+    assert response.status_code == 200
+    if expected is None:
+        assert response.context["filter"].errors
+        assert node_names(response) == []
+    else:
+        assert node_names(response) == expected
+
+
+def test_sorting(fleet: list[GpuNode]) -> None:
+    client = client_for("analyst")
+    assert node_names(client.get("/inventory/nodes/"))[:3] == ["gpu-c-000", "gpu-gone", "gpu-p-000"]
+    by_free = client.get("/inventory/nodes/?sort=-devices_free")
+    assert node_names(by_free)[:3] == ["gpu-c-000", "gpu-v-000", "gpu-gone"]  # 6, 3, 0 (absent: 0)
+    by_name_desc = client.get("/inventory/nodes/?sort=-name")
+    assert node_names(by_name_desc)[0] == "gpu-v-over"
+    html = by_free.content.decode()
+    assert 'aria-sort="descending"' in html
+    assert 'href="?sort=devices_free"' in html  # the next click sorts ascending
+
+
+def test_pagination_keeps_filters(fleet: list[GpuNode]) -> None:
+    client = client_for("analyst")
+    page1 = client.get("/inventory/nodes/?per_page=2&sort=name")
+    page2 = client.get("/inventory/nodes/?per_page=2&sort=name&page=2")
+    assert node_names(page1) == ["gpu-c-000", "gpu-gone"]
+    assert node_names(page2) == ["gpu-p-000", "gpu-v-000"]
+    html = page1.content.decode()
+    assert "1–2 of 5" in html
+    assert 'href="?per_page=2&amp;sort=name&amp;page=2"' in html
+
+
+# --- query budget -------------------------------------------------------------------------------
+
+
+def count_queries(client: Client, path: str) -> int:
+    with CaptureQueriesContext(connection) as context:
+        assert client.get(path).status_code == 200
+    return len(context.captured_queries)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/inventory/?per_page=200", "/inventory/nodes/?per_page=200", "/inventory/nodes/?per_page=200&q=gpu"],
+)
+def test_query_budget_does_not_grow_with_nodes(path: str, django_assert_max_num_queries: Any) -> None:
+    client = client_for("analyst")
+    stored_sync_run()
+    stored_fleet(2)  # 6 nodes
+    small = count_queries(client, path)
+    GpuNode.objects.all().delete()
+    stored_fleet(17)  # 51 nodes, all on one page
+    large = count_queries(client, path)
+    assert small == large
+    with django_assert_max_num_queries(16):
+        client.get(path)
+
+
+def test_htmx_table_partial_is_cheap(fleet: list[GpuNode], django_assert_max_num_queries: Any) -> None:
+    client = client_for("analyst")
+    with django_assert_max_num_queries(9):
+        client.get("/inventory/", headers={"HX-Request": "true", "HX-Target": "node-table"})
+
+
+def test_node_page_query_budget(django_assert_max_num_queries: Any) -> None:
+    client = client_for("analyst")
+    node = stored_node("big", "vm-vgpu")
+    for index in range(40):
+        stored_resource(node, f"nvidia.com/GRID_T4-{index}Q", 1, vgpu_type=f"T4-{index}Q")
+        stored_consumer(node, f"nvidia.com/GRID_T4-{index}Q", f"virt-launcher-{index}", vmi_name=f"vm{index}")
+    with django_assert_max_num_queries(9):
+        assert client.get("/inventory/nodes/big/").status_code == 200
+
+
+# --- exact numbers ------------------------------------------------------------------------------
+
+
+def test_dashboard_numbers(fleet: list[GpuNode]) -> None:
+    response = client_for("analyst").get("/inventory/")
+    html = response.content.decode()
+    expected = {
+        "container-nodes": 1,  # gpu-gone is absent
+        "container-total": 8,
+        "container-used": 2,
+        "container-free": 6,
+        "vm-passthrough-nodes": 1,
+        "vm-passthrough-total": 1,  # the stale nvidia.com/2571 is not counted
+        "vm-passthrough-used": 1,
+        "vm-passthrough-free": 0,
+        "vm-vgpu-nodes": 2,
+        "vm-vgpu-nodes-ready": 1,
+        "vm-vgpu-nodes-in-use": 2,
+        "vm-vgpu-nodes-idle": 0,
+        "vm-vgpu-total": 6,
+        "vm-vgpu-used": 4,
+        "vm-vgpu-free": 3,  # 4 − 1, plus max(0, 2 − 3)
+        "nvidia.com/GRID_T4-8Q-free": 3,
+    }
+    assert {key: stat(html, key) for key in expected} == expected
+    assert "1 node is absent from the cluster and not counted." in html
+    summary = response.context["summary"]
+    vgpu = next(m for m in summary.modes if m.mode == "vm-vgpu")
+    assert [(g.label, g.nodes, g.gpus, g.total, g.used, g.free) for g in vgpu.by_model] == [
+        ("Tesla T4", 2, 3, 6, 4, 3)
+    ]
+    assert [(g.label, g.resource, g.nodes) for g in vgpu.by_resource] == [
+        ("T4-8Q", "nvidia.com/GRID_T4-8Q", 2)
+    ]
+    # the chart: one SVG per mode with devices, used bar widths proportional (290 units = largest total)
+    assert html.count('<svg class="barchart"') == 3
+    assert 'class="bar-used" x="240" y="4" width="193.3"' in html  # vGPU: 4 used of 6
+
+
+def test_bare_pci_id_is_shown_as_unknown_model(fleet: list[GpuNode]) -> None:
+    node = stored_node("l40", "vm-passthrough")
+    stored_resource(node, "nvidia.com/26b5", 2, pci_device_id="26b5")
+    html = client_for("analyst").get("/inventory/").content.decode()
+    assert "unknown model, PCI 10de:26b5" in html
+
+
+def test_sync_states(fleet: list[GpuNode]) -> None:
+    client = client_for("analyst")
+    stored_sync_run(status="failed", age_seconds=2, error="connection refused: https://10.0.0.1:6443")
+    html = client.get("/inventory/").content.decode()
+    assert "sync failed" in html
+    assert "connection refused: https://10.0.0.1:6443" in html
+    assert re.search(r"The data shown is from the last successful sync, \d s ago\.", html)
+
+
+def test_no_sync_yet() -> None:
+    html = client_for("analyst").get("/inventory/").content.decode()
+    assert "No inventory sync has run yet" in html
+
+
+# --- node page and lists ------------------------------------------------------------------------
+
+
+def test_node_page(fleet: list[GpuNode]) -> None:
+    node = GpuNode.objects.get(name="gpu-p-000")
+    node.labels = {
+        **node.labels,
+        "nvidia.com/gpu.deploy.vfio-manager": "true",
+        "nvidia.com/gpu.deploy.nvsm": "",
+        "nvidia.com/gpu.product": "NVIDIA-RTX-A2000-12GB",
+    }
+    node.save()
+    html = client_for("analyst").get("/inventory/nodes/gpu-p-000/").content.decode()
+    assert "node label" in html and "nvidia.com/gpu.workload.config=vm-passthrough" in html
+    assert "<code>vfio-manager</code>" in html
+    assert '<tr class="attention"><td><code>nvsm</code></td><td><code>""</code></td></tr>' in html
+    assert "NVIDIA-RTX-A2000-12GB" in html  # GFD label, flagged as possibly stale on VM nodes
+    assert "On VM nodes these may be left over" in html
+    assert '<tr class="stale">' in html and "nvidia.com/2571" in html
+    assert "team-a/virt-launcher-vm0-abcde" in html and "team-a/vm0" in html
+    assert "Stale resource entry" in html  # flags.describe title
+    assert "kubectl get node gpu-p-000 -o jsonpath" in html  # its command, with the node filled in
+
+
+def test_absent_node_is_marked(fleet: list[GpuNode]) -> None:
+    html = client_for("analyst").get("/inventory/nodes/gpu-gone/").content.decode()
+    assert "This node is no longer in the cluster. Last seen" in html
+    assert "2\xa0days ago" in html
+    table = client_for("approver").get("/inventory/nodes/?present=false").content.decode()
+    assert '<tr class="absent even">' in table and "2 days ago" in table
+
+
+def test_vgpu_config_and_permitted_lists(fleet: list[GpuNode]) -> None:
+    client = client_for("analyst")
+    vgpu = client.get("/inventory/vgpu-configs/").content.decode()
+    assert 'id="T4-8Q"' in vgpu and "T4-8Q × 2" in vgpu and "all GPUs" in vgpu
+    permitted = client.get("/inventory/permitted-devices/?kind=pci").content.decode()
+    assert "nvidia.com/GA106_RTX_A2000_12GB" in permitted and "10DE:2571" in permitted
+    assert "nvidia.com/GA106" not in client.get("/inventory/permitted-devices/?kind=mdev").content.decode()
+
+
+# --- Chinese ------------------------------------------------------------------------------------
+
+
+def test_dashboard_in_chinese(fleet: list[GpuNode]) -> None:
+    client = client_for("analyst")
+    html = client.get("/inventory/", headers={"Accept-Language": "zh-CN,zh;q=0.9"}).content.decode()
+    assert '<html lang="zh-hans">' in html
+    assert "<h1>GPU 资源清单</h1>" in html
+    assert "立即同步" not in html  # analysts get no Sync now button
+    assert "按 GPU 型号" in html
+    assert re.search(r"上次同步：\d+ 秒前", html)
+    assert stat(html, "vm-vgpu-free") == 3
+    node = client.get("/inventory/nodes/gpu-p-000/", headers={"Accept-Language": "zh-CN"}).content.decode()
+    assert "诊断" in node and "谁在使用 GPU" in node
