@@ -6,6 +6,8 @@ resources prefetched) so it renders any page size in a fixed number of queries.
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_tables2 as tables
 from django.db.models import F, IntegerField, Prefetch, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, Greatest
@@ -19,6 +21,21 @@ from gpuinventory.choices import MODE_BADGE, ModeSource
 from gpuinventory.diagnostics import worst_severity
 from gpuinventory.models import GpuNode, GpuResource, PermittedDevice, VgpuConfig
 from gpuinventory.summary import age_text
+
+
+def stable_order(queryset: QuerySet[GpuNode], fields: list[str]) -> QuerySet[GpuNode]:
+    """Order by ``fields`` (``"-x"`` = descending), NULLs last, then by node name ascending.
+
+    The name tie-breaker makes equal values (e.g. many nodes with 0 free devices) come out in the
+    same order on SQLite and PostgreSQL, which otherwise differ; so do their NULL positions.
+    """
+    keys = [
+        F(field[1:]).desc(nulls_last=True) if field.startswith("-") else F(field).asc(nulls_last=True)
+        for field in fields
+        if field.lstrip("-") != "name"
+    ]
+    name_descending = "-name" in fields
+    return queryset.order_by(*keys, F("name").desc() if name_descending else F("name").asc())
 
 
 def annotate_node_counts(queryset: QuerySet[GpuNode]) -> QuerySet[GpuNode]:
@@ -100,6 +117,12 @@ class GpuNodeTable(InventoryTable):
         )
         empty_text = _("No GPU nodes match these filters.")
         row_attrs = {"class": lambda record: "absent" if not record.present else ""}
+
+    def order_by_stable(
+        self, field: str, queryset: QuerySet[GpuNode], is_descending: bool
+    ) -> tuple[QuerySet[GpuNode], bool]:
+        """Sort by one column with the node-name tie-breaker of :func:`stable_order`."""
+        return stable_order(queryset, [f"-{field}" if is_descending else field]), True
 
     def render_workload_mode(self, record: GpuNode) -> SafeString:
         """Mode badge, plus "transitioning" and how the mode was decided when not by label."""
@@ -227,3 +250,21 @@ class PermittedDeviceTable(InventoryTable):
             "KubeVirt does not check GPU resources."
         )
         row_attrs = {"class": lambda record: "" if record.present else "absent"}
+
+
+def _column_order(field: str) -> Any:
+    def order(
+        self: GpuNodeTable, queryset: QuerySet[GpuNode], is_descending: bool
+    ) -> tuple[QuerySet[GpuNode], bool]:
+        return self.order_by_stable(field, queryset, is_descending)
+
+    return order
+
+
+# django-tables2 calls ``order_<column>`` when a table defines it: every sortable column of the
+# node table gets the stable tie-breaker.
+for _field in (
+    "name", "workload_mode", "gpu_model", "gpu_count", "devices_total", "devices_used",
+    "devices_free", "ready", "vgpu_config", "flags", "last_seen",
+):  # fmt: skip
+    setattr(GpuNodeTable, f"order_{_field}", _column_order(_field))

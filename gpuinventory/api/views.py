@@ -25,7 +25,15 @@ from gpuinventory.api.serializers import (
 from gpuinventory.filtersets import GpuNodeFilterSet, PermittedDeviceFilterSet, VgpuConfigFilterSet
 from gpuinventory.models import GpuConsumer, GpuNode, PermittedDevice, VgpuConfig
 from gpuinventory.summary import inventory_summary
-from gpuinventory.tables import annotate_node_counts
+from gpuinventory.tables import annotate_node_counts, stable_order
+
+
+class StableOrderingFilter(filters.OrderingFilter):
+    """DRF's ``?ordering=`` with the node-name tie-breaker and NULLs last (:func:`stable_order`)."""
+
+    def filter_queryset(self, request: Request, queryset: QuerySet[Any], view: Any) -> QuerySet[Any]:
+        ordering = self.get_ordering(request, queryset, view)
+        return stable_order(queryset, list(ordering)) if ordering else queryset
 
 
 class InventoryPagination(PageNumberPagination):
@@ -42,7 +50,7 @@ class GpuNodeViewSet(viewsets.ReadOnlyModelViewSet[GpuNode]):
 
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
-    filter_backends = [DjangoFilterBackend, filters.OrderingFilter]
+    filter_backends = [DjangoFilterBackend, StableOrderingFilter]
     filterset_class = GpuNodeFilterSet
     ordering_fields = [
         "name",
