@@ -9,6 +9,7 @@ Malformed values raise ``ImproperlyConfigured`` at start-up (see :mod:`portal.en
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -56,6 +57,7 @@ INSTALLED_APPS = [
     "django_filters",
     "django_tables2",
     "rest_framework",
+    "knox",
     "portal",
     "gpuinventory",
     "vmrequests",
@@ -234,9 +236,20 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # --- REST framework ---------------------------------------------------------------------
+# Tokens: django-rest-knox (hashed storage, expiry). Token auth comes first so that an
+# unauthenticated call gets 401 with "WWW-Authenticate: Token", not 403.
 REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "knox.auth.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+}
+PORTAL_API_TOKEN_TTL_DAYS = env.int("PORTAL_API_TOKEN_TTL_DAYS", 90, minimum=1, maximum=3650)
+REST_KNOX = {
+    "TOKEN_TTL": timedelta(days=PORTAL_API_TOKEN_TTL_DAYS),
+    "AUTH_HEADER_PREFIX": "Token",
+    "AUTO_REFRESH": False,
 }
 
 # --- logging ----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Read API ``/api/v1/inventory/``: access per role (anonymous gets JSON 403, never a redirect),
+"""Read API ``/api/v1/inventory/``: access per role (anonymous gets JSON 401, never a redirect),
 the UI's filters, pagination, node detail, exact summary numbers and a flat query budget."""
 
 from __future__ import annotations
@@ -62,9 +62,10 @@ def names(payload: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.parametrize("path", ENDPOINTS)
-def test_anonymous_gets_json_403_never_a_redirect(fleet: list[GpuNode], path: str) -> None:
+def test_anonymous_gets_json_401_never_a_redirect(fleet: list[GpuNode], path: str) -> None:
     response = Client().get(path)
-    assert response.status_code in (401, 403)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"
     assert response["Content-Type"] == "application/json"
     assert "Location" not in response
     assert response.json() == {"detail": "Authentication credentials were not provided."}

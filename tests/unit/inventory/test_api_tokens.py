@@ -1,0 +1,51 @@
+"""Token authentication of the read API (django-rest-knox: hashed storage, expiry)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+from django.test import Client
+from django.utils import timezone
+from knox.models import AuthToken
+
+pytestmark = pytest.mark.django_db
+
+
+def _token(capsys: pytest.CaptureFixture[str], username: str, *extra: str) -> str:
+    call_command("create_api_token", username, *extra)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert re.match(rf"^token for {username} \(expires \d{{4}}-\d\d-\d\d \d\d:\d\d UTC\):$", out[0])
+    return out[1]
+
+
+def test_token_reads_the_inventory(capsys: pytest.CaptureFixture[str]) -> None:
+    User.objects.create_user("ticketing")
+    token = _token(capsys, "ticketing", "--days", "7")
+    response = Client().get("/api/v1/inventory/summary/", headers={"Authorization": f"Token {token}"})
+    assert response.status_code == 200
+    stored = AuthToken.objects.get(user__username="ticketing")
+    assert token not in (stored.digest, stored.token_key)  # only a hash and a prefix are stored
+    assert timedelta(days=6, hours=23) < stored.expiry - timezone.now() <= timedelta(days=7)
+
+
+def test_expired_or_wrong_token_is_401(capsys: pytest.CaptureFixture[str]) -> None:
+    User.objects.create_user("old")
+    token = _token(capsys, "old")
+    AuthToken.objects.filter(user__username="old").update(expiry=timezone.now() - timedelta(seconds=1))
+    expired = Client().get("/api/v1/inventory/nodes/", headers={"Authorization": f"Token {token}"})
+    assert expired.status_code == 401
+    wrong = Client().get("/api/v1/inventory/nodes/", headers={"Authorization": "Token " + "0" * 64})
+    assert wrong.status_code == 401
+    assert wrong.json() == {"detail": "Invalid token."}
+
+
+def test_command_refuses_unknown_user_and_bad_days() -> None:
+    with pytest.raises(CommandError, match="no active user 'ghost'"):
+        call_command("create_api_token", "ghost")
+    User.objects.create_user("x")
+    with pytest.raises(CommandError, match="--days must be between 1 and 3650"):
+        call_command("create_api_token", "x", "--days", "9999")
