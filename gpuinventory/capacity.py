@@ -9,6 +9,12 @@ approvals (docs/inventory.md §4). Rules (DOMAIN.md §2 "Allocatable is not free
   (``permitted is False``) cannot be used by a VM: it is left out of ``free``.
 - "Usable" nodes for ``free``: ready (or unknown), not cordoned, not transitioning between modes,
   and for vGPU nodes not in the middle of a vGPU reconfiguration (``pending``).
+- ``requestable(resource, node)`` is that rule in one place, and ``unusable_reason`` names why a
+  device is not requestable. The dashboard totals and ``/api/v1/inventory/summary/``
+  (gpuinventory/summary.py), the node table's free column (gpuinventory/tables.py), the request
+  form and ``free_on_node`` all use it. ``GpuResource.free`` stays the raw
+  ``max(0, allocatable − used)`` of the device plugin (the device truth shown per resource row);
+  "requestable" is what can be asked for now.
 - Re-profiling a vGPU node deletes every vGPU on its GPUs, so a node is a candidate only when no
   consumer (non-terminal pod) holds any vGPU resource of it, and its config state is neither
   ``pending`` (busy) nor ``failed`` (needs an admin).
@@ -93,6 +99,18 @@ class ReprofileCandidate:
     offers: Mapping[str, int] = field(default_factory=dict)
 
 
+#: Why free devices are not requestable, in the order ``unusable_reason`` checks them.
+UNUSABLE_REASONS = (
+    "node_absent",
+    "node_not_ready",
+    "node_cordoned",
+    "vgpu_reconfiguring",
+    "transitioning",
+    "other_mode",
+    "not_permitted",
+)
+
+
 def _usable_q(prefix: str = "") -> Q:
     """Q for usable nodes; ``prefix`` = ``"node__"`` when filtering resources."""
     return (
@@ -109,6 +127,57 @@ def _kind_matches_mode(kind: str, mode: str) -> bool:
         return False
 
 
+def requestable_q(prefix: str = "", node_prefix: str = "node__") -> Q:
+    """``requestable()`` as a Q: over ``GpuResource`` by default; from ``GpuNode`` (e.g. a filtered
+    aggregate) use ``prefix="resources__", node_prefix=""``."""
+    same_mode = Q()
+    for kind, mode in KIND_MODE.items():
+        same_mode |= Q(**{f"{prefix}kind": str(kind), f"{node_prefix}workload_mode": str(mode)})
+    return (
+        Q(**{f"{prefix}stale": False})
+        & same_mode
+        & ~Q(**{f"{prefix}permitted": False})
+        & _usable_q(node_prefix)
+    )
+
+
+def unusable_reason(resource: GpuResource, node: GpuNode) -> str:
+    """Why the free devices of ``resource`` on ``node`` cannot be requested, ``""`` when they can.
+
+    The single rule of "requestable" (module docstring; DOMAIN.md §2, §3, §5.1). A stale resource
+    has no free devices at all and returns ``""`` (it is never counted). Reasons, first match
+    wins: ``node_absent``, ``node_not_ready`` (Ready=False; unknown counts as ready),
+    ``node_cordoned``, ``vgpu_reconfiguring`` (vm-vgpu and ``nvidia.com/vgpu.config.state=pending``),
+    ``transitioning`` (deploy labels disagree with the mode), ``other_mode`` (e.g. a leftover
+    ``nvidia.com/gpu`` on a VM node), ``not_permitted`` (KubeVirt CR does not permit it).
+    """
+    if not node.present:
+        return "node_absent"
+    if node.ready is False:
+        return "node_not_ready"
+    if node.unschedulable:
+        return "node_cordoned"
+    if node.workload_mode == WorkloadMode.VM_VGPU and node.vgpu_config_state == "pending":
+        return "vgpu_reconfiguring"
+    if node.transitioning:
+        return "transitioning"
+    if not _kind_matches_mode(resource.kind, node.workload_mode):
+        return "other_mode"
+    if resource.permitted is False:
+        return "not_permitted"
+    return ""
+
+
+def requestable(resource: GpuResource, node: GpuNode) -> bool:
+    """True when the free devices of ``resource`` on ``node`` can be requested now."""
+    return not resource.stale and unusable_reason(resource, node) == ""
+
+
+def requestable_free(resource: GpuResource, node: GpuNode) -> int:
+    """Free devices a request can use: ``resource.free`` when ``requestable``, else 0."""
+    return resource.free if requestable(resource, node) else 0
+
+
 def _counted(rows: Iterable[GpuResource]) -> Iterable[GpuResource]:
     """Non-stale resources of the node's own mode (the node is selected with ``select_related``)."""
     for r in rows:
@@ -123,20 +192,8 @@ def _present_resources(mode: WorkloadMode | str | None) -> QuerySet[GpuResource]
     return qs
 
 
-def _is_usable(node: GpuNode) -> bool:
-    return (
-        node.present
-        and not node.unschedulable
-        and not node.transitioning
-        and node.ready is not False
-        and not (node.workload_mode == WorkloadMode.VM_VGPU and node.vgpu_config_state == "pending")
-    )
-
-
 def _free_of(r: GpuResource) -> int:
-    if r.permitted is False or not _is_usable(r.node):
-        return 0
-    return max(0, r.allocatable - r.used)
+    return requestable_free(r, r.node)
 
 
 def free_by_resource(mode: WorkloadMode | str | None = None) -> list[ResourceFree]:
@@ -172,17 +229,18 @@ def free_by_resource(mode: WorkloadMode | str | None = None) -> list[ResourceFre
 
 
 def free_on_node(node_name: str) -> dict[str, int]:
-    """Free devices per resource on one node, as the node reports them (one query).
+    """Requestable free devices per resource on one node (one query).
 
-    Counts non-stale resources of the node's own mode, ``max(0, allocatable − used)``, whether or
-    not the node is usable now (check ``GpuNode.ready``/``unschedulable`` for that); a resource
-    KubeVirt does not permit counts 0.
+    Same rule as ``free_by_resource`` (``requestable``): non-stale resources of the node's own
+    mode are listed; each counts ``max(0, allocatable − used)`` only when requestable, so every
+    resource of a cordoned, not-ready, transitioning or re-profiling node, and a resource
+    KubeVirt does not permit, counts 0. ``GpuResource.free`` keeps the raw number.
 
     Returns:
         ``{resource name: free}``; ``{}`` for an absent or unknown node.
     """
     rows = _counted(_present_resources(None).filter(node__name=node_name))
-    return {r.name: 0 if r.permitted is False else max(0, r.allocatable - r.used) for r in rows}
+    return {r.name: _free_of(r) for r in rows}
 
 
 def nodes_offering(resource_name: str, count: int = 1) -> list[NodeFree]:

@@ -10,9 +10,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils.translation import gettext_lazy as _
+
 from gpuinventory import flags as flag_rules
 
 SEVERITY_RANK = {"error": 0, "danger": 0, "critical": 0, "warning": 1, "info": 2}
+
+#: Severity badges in plain words (the codes stay in CSS classes and the API).
+SEVERITY_LABELS = {
+    "error": _("error"),
+    "danger": _("error"),
+    "critical": _("critical"),
+    "warning": _("warning"),
+    "info": _("info"),
+}
+
+
+def severity_label(severity: str) -> str:
+    """The severity in the active language (unknown severities as they are)."""
+    label = SEVERITY_LABELS.get(severity)
+    return str(label) if label is not None else severity
 
 
 @dataclass(frozen=True)
@@ -25,6 +42,11 @@ class Diagnostic:
     title: str
     detail: str
     commands: tuple[str, ...]
+
+    @property
+    def severity_label(self) -> str:
+        """The severity in the active language, for badges."""
+        return severity_label(self.severity)
 
 
 def describe_flag(flag: dict[str, Any], node: str = "") -> Diagnostic:

@@ -442,6 +442,26 @@ FLAG_TYPES: dict[str, FlagType] = {
     ),
 }
 
+#: Wording of a flag whose params carry ``cause`` (same code, same filters; another text).
+#: ``transitioning`` with ``cause=vgpu_paused``: every disagreeing deploy label is
+#: ``paused-for-vgpu-change``, i.e. the mode is not changing (gpuinventory/modes.py).
+FLAG_VARIANTS: dict[tuple[str, str], FlagType] = {
+    ("transitioning", "vgpu_paused"): FlagType(
+        Severity.WARNING,
+        _("Operands paused for a vGPU reconfiguration"),
+        _(
+            "The vGPU Device Manager paused this node's operands while it applies a vGPU "
+            "configuration: %(labels)s. The workload mode (%(mode)s) is not changing. The node's "
+            "vGPU devices vanish until the operands are resumed; if the labels stay paused, read "
+            "the vGPU Device Manager log."
+        ),
+        (
+            "kubectl get node %(node)s --show-labels | tr ',' '\\n' | grep gpu.deploy",
+            _VGPU_DM_LOGS,
+        ),
+    ),
+}
+
 _UNKNOWN = FlagType(Severity.WARNING, _("Unknown diagnostic"), _("Unknown diagnostic code %(code)s."), ())
 
 
@@ -474,7 +494,7 @@ def describe(
     """
     code = str(item.get("code", ""))
     raw_params = item.get("params") or {}
-    ftype = FLAG_TYPES.get(code, _UNKNOWN)
+    ftype = FLAG_VARIANTS.get((code, str(raw_params.get("cause", "")))) or FLAG_TYPES.get(code, _UNKNOWN)
     namespace = operator_namespace or getattr(settings, "PORTAL_GPU_OPERATOR_NAMESPACE", "gpu-operator")
     params = _Params(
         {"namespace": namespace, "kv_namespace": kubevirt[0], "kv_name": kubevirt[1], "code": code}

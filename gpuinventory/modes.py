@@ -102,6 +102,10 @@ class ModeDecision:
     flags: tuple[Flag, ...] = ()
 
 
+#: Deploy-label value the vGPU Device Manager writes while it reconfigures (DOMAIN.md §3 step 3).
+VGPU_PAUSED = "paused-for-vgpu-change"
+
+
 def is_gpu_node(labels: Mapping[str, str]) -> bool:
     """``nvidia.com/gpu.present == "true"`` (DOMAIN.md §1 "Which nodes are touched")."""
     return labels.get(GPU_PRESENT_LABEL) == "true"
@@ -187,7 +191,12 @@ def decide_mode(labels: Mapping[str, str], policy: ClusterPolicyInfo | None) -> 
         flags.append(flag("operands_disabled"))
     disagreements = deploy_disagreements(labels, mode)
     if disagreements:
-        flags.append(flag("transitioning", mode=str(mode), labels=", ".join(disagreements)))
+        params: dict[str, str | int] = {"mode": str(mode), "labels": ", ".join(disagreements)}
+        if all(d.endswith("=" + VGPU_PAUSED) for d in disagreements):
+            # The mode is not changing: the vGPU Device Manager paused the operands ([VDM]
+            # maybeSetPaused(), DOMAIN.md §3 step 3). flags.describe() words it so.
+            params["cause"] = "vgpu_paused"
+        flags.append(flag("transitioning", **params))
     return ModeDecision(
         mode=mode,
         source=source,

@@ -75,6 +75,12 @@ class PciModel:
             operator's ``default`` vGPU config for this device ID (empty: no vGPU support there).
         vgpu_memory_gb: GPU memory the ``default`` config divides (GB × count of its entry,
             "half the GPU memory each", DOMAIN.md §3); None without vGPU support.
+        memory_mib: per-GPU memory in MiB as GFD's ``nvidia.com/gpu.memory`` reports it (the
+            NVML total; it varies slightly with the driver), None when no source gives it.
+            Sources: DOMAIN.md §4 (A100 40GB 40536, H100 80GB 81559, H200 143771, B200 183359);
+            nvidia-smi totals listed in modal-labs/modal-client PR #2797 (T4 15360, A10 23028,
+            L4 23034, L40S 46068, A100 80GB 81920; its "H100: 81559" matches DOMAIN.md §4 and is
+            used for H100 PCIe too).
     """
 
     device_id: str
@@ -82,6 +88,7 @@ class PciModel:
     model: str
     vgpu_families: tuple[str, ...] = ()
     vgpu_memory_gb: int | None = None
+    memory_mib: int | None = None
 
 
 #: DOMAIN.md §2 worked-examples table (pci.ids 2025.07.11), plus 10de:1e02 from the KubeVirt CR
@@ -90,25 +97,25 @@ class PciModel:
 PCI_MODELS: dict[str, PciModel] = {
     m.device_id: m
     for m in (
-        PciModel("1eb8", "TU104GL [Tesla T4]", "Tesla T4", ("T4",), 16),
+        PciModel("1eb8", "TU104GL [Tesla T4]", "Tesla T4", ("T4",), 16, 15360),
         PciModel("1db4", "GV100GL [Tesla V100 PCIe 16GB]", "Tesla V100 PCIe 16GB", ("V100",), 16),
         PciModel("1e02", "TU102 [TITAN RTX]", "TITAN RTX"),
-        PciModel("20b0", "GA100 [A100 SXM4 40GB]", "A100 SXM4 40GB", ("A100X",), 40),
-        PciModel("20b1", "GA100 [A100 PCIe 40GB]", "A100 PCIe 40GB"),
-        PciModel("20f1", "GA100 [A100 PCIe 40GB]", "A100 PCIe 40GB", ("A100",), 40),
+        PciModel("20b0", "GA100 [A100 SXM4 40GB]", "A100 SXM4 40GB", ("A100X",), 40, 40536),
+        PciModel("20b1", "GA100 [A100 PCIe 40GB]", "A100 PCIe 40GB", memory_mib=40536),
+        PciModel("20f1", "GA100 [A100 PCIe 40GB]", "A100 PCIe 40GB", ("A100",), 40, 40536),
         PciModel("20b3", "GA100 [A100-SXM-64GB]", "A100-SXM-64GB"),
-        PciModel("20b5", "GA100 [A100 PCIe 80GB]", "A100 PCIe 80GB", ("A100D",), 80),
+        PciModel("20b5", "GA100 [A100 PCIe 80GB]", "A100 PCIe 80GB", ("A100D",), 80, 81920),
         PciModel("20b7", "GA100GL [A30 PCIe]", "A30 PCIe", ("A30",), 24),
-        PciModel("2236", "GA102GL [A10]", "A10", ("A10",), 24),
+        PciModel("2236", "GA102GL [A10]", "A10", ("A10",), 24, 23028),
         PciModel("2235", "GA102GL [A40]", "A40", ("A40",), 48),
         PciModel("2571", "GA106 [RTX A2000 12GB]", "RTX A2000 12GB"),
         PciModel("25b6", "GA107GL [A2 / A16]", "A2 / A16", ("A16", "A2"), 16),
-        PciModel("26b9", "AD102GL [L40S]", "L40S", ("L40S",), 48),
-        PciModel("27b8", "AD104GL [L4]", "L4", ("L4",), 24),
-        PciModel("2330", "GH100 [H100 SXM5 80GB]", "H100 SXM5 80GB", ("H100XM",), 80),
-        PciModel("2331", "GH100 [H100 PCIe]", "H100 PCIe", ("H100",), 80),
-        PciModel("2335", "GH100 [H200 SXM 141GB]", "H200 SXM 141GB", ("H200X",), 140),
-        PciModel("2901", "GB100 [B200]", "B200", ("B200X",), 180),
+        PciModel("26b9", "AD102GL [L40S]", "L40S", ("L40S",), 48, 46068),
+        PciModel("27b8", "AD104GL [L4]", "L4", ("L4",), 24, 23034),
+        PciModel("2330", "GH100 [H100 SXM5 80GB]", "H100 SXM5 80GB", ("H100XM",), 80, 81559),
+        PciModel("2331", "GH100 [H100 PCIe]", "H100 PCIe", ("H100",), 80, 81559),
+        PciModel("2335", "GH100 [H200 SXM 141GB]", "H200 SXM 141GB", ("H200X",), 140, 143771),
+        PciModel("2901", "GB100 [B200]", "B200", ("B200X",), 180, 183359),
         PciModel(
             "2bb5",
             "GB202GL [RTX PRO 6000 Blackwell Server Edition]",
@@ -265,6 +272,41 @@ def model_for_pci_id(device_id: str) -> str | None:
     """Marketing name for an NVIDIA PCI device ID from ``PCI_MODELS`` (``"2571"`` → ``"RTX A2000 12GB"``)."""
     entry = PCI_MODELS.get(device_id.lower())
     return entry.model if entry else None
+
+
+def memory_mib_for_model(model: str) -> int | None:
+    """Per-GPU memory in MiB of a display model from ``PCI_MODELS`` (``"Tesla T4"`` → 15360);
+    None when the table has no (or no single) value for it."""
+    sizes = {m.memory_mib for m in PCI_MODELS.values() if m.model == model}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+#: GFD products whose squeezed text (below) differs from the table model's; observed/derived
+#: names: DOMAIN.md §4 examples ``NVIDIA-H100-80GB-HBM3`` (SXM5), ``NVIDIA-A100-80GB-PCIe``,
+#: ``NVIDIA-H200`` (the H200 read on a real node is 10de:2335, DOMAIN.md §2).
+_GFD_ALIASES = {
+    "H10080GBHBM3": "H100 SXM5 80GB",
+    "A10080GBPCIE": "A100 PCIe 80GB",
+    "H200": "H200 SXM 141GB",
+    "A30": "A30 PCIe",
+}
+
+
+def _squeeze(text: str) -> str:
+    """Upper-case, without a leading ``NVIDIA`` word and without spaces, ``-``, ``_``."""
+    key = re.sub(r"[\s_-]+", "", text.upper())
+    return key.removeprefix("NVIDIA")
+
+
+_MODEL_KEYS = {_squeeze(m.model): m.model for m in PCI_MODELS.values()} | _GFD_ALIASES
+
+
+def display_model_for_gfd(product: str) -> str:
+    """Map a GFD product (``"NVIDIA-A100-PCIE-40GB"``, ``"A100-PCIE-40GB"``, ``"Tesla-T4"``) to the
+    display name ``PCI_MODELS`` uses for the same GPU (``"A100 PCIe 40GB"``, ``"Tesla T4"``), so
+    container and VM nodes group under one model. Unknown products are returned unchanged (the raw
+    product also stays in ``GpuNode.labels``)."""
+    return _MODEL_KEYS.get(_squeeze(product), product) if product else product
 
 
 def pci_ids_for_family(vgpu_family: str) -> tuple[str, ...]:
@@ -474,7 +516,8 @@ class GpuIdentity:
     Attributes:
         model: GPU model (``"NVIDIA-B200"``, ``"RTX A2000 12GB"``, ``"Tesla T4"``) or ``""``.
         count: physical GPUs, or None when unknown.
-        memory_mib: memory per GPU in MiB (GFD ``nvidia.com/gpu.memory``), None on VM nodes.
+        memory_mib: memory per GPU in MiB: GFD ``nvidia.com/gpu.memory`` on container nodes, else
+            ``PciModel.memory_mib`` of the model (``memory_mib_for_model``); None when unknown.
         source: a ``ModelSource`` value.
         flags: ``gpu_model_unknown`` / ``gpu_count_unknown`` / ``stale_gfd_labels``.
     """
@@ -529,7 +572,8 @@ def identify_gpus(
 ) -> GpuIdentity:
     """A node's GPU model, count and memory (DOMAIN.md §4; pitfall 8).
 
-    * container: GFD labels ``gpu.product`` / ``gpu.count`` / ``gpu.memory`` (MiB).
+    * container: GFD labels ``gpu.product`` / ``gpu.count`` / ``gpu.memory`` (MiB); the product is
+      shown under the ``PCI_MODELS`` display name when it matches one (``display_model_for_gfd``).
     * vm-passthrough: model from the advertised passthrough names (``PCI_MODELS`` first, then
       the name without its chip code), count = Σ advertised devices. GFD labels are ignored
       (stale if present: GFD does not run there) and flagged.
@@ -555,7 +599,7 @@ def identify_gpus(
     flags: list[Flag] = []
     model, count, memory, source = "", None, None, ModelSource.UNKNOWN
     if mode == WorkloadMode.CONTAINER:
-        model = gfd_model(labels)
+        model = display_model_for_gfd(gfd_model(labels))
         count = gfd_count(labels)
         memory = gfd_memory_mib(labels)
         source = ModelSource.GFD if model else ModelSource.UNKNOWN
@@ -590,6 +634,8 @@ def identify_gpus(
         count = _int_or_none(annotations.get(ANNOTATION_COUNT))
         if count is None:
             flags.append(flag("gpu_count_unknown", annotation=ANNOTATION_COUNT))
+    if memory is None and model:
+        memory = memory_mib_for_model(model)
     return GpuIdentity(model=model, count=count, memory_mib=memory, source=source, flags=tuple(flags))
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from gpuinventory.choices import ModeSource, ResourceKind, WorkloadMode
 from gpuinventory.flags import Flag, flag
-from gpuinventory.modes import decide_mode
+from gpuinventory.modes import VGPU_PAUSED, decide_mode, deploy_labels
 from gpuinventory.naming import (
     KATA_RESOURCES,
     KIND_MODE,
@@ -51,6 +51,24 @@ def parse_count(quantity: str) -> int | None:
     if not m:
         return None
     return int(m.group(1)) * _SI[m.group(2) or ""]
+
+
+def vgpu_reconfiguring(mode: WorkloadMode | str, labels: Mapping[str, str]) -> bool:
+    """A vm-vgpu node the vGPU Device Manager is reconfiguring: ``nvidia.com/vgpu.config.state=pending``
+    or a deploy label ``paused-for-vgpu-change`` (DOMAIN.md §3 "What a label change does", step 3).
+    Its vGPU resources are gone for a while, so its GPU model/count cannot be derived then.
+    Works on raw node labels and on the stored ``GpuNode.labels`` (they keep ``nvidia.com/*``).
+    """
+    if mode != WorkloadMode.VM_VGPU:
+        return False
+    if labels.get(VGPU_CONFIG_STATE_LABEL) == "pending":
+        return True
+    return VGPU_PAUSED in deploy_labels(labels).values()
+
+
+#: Identity flags a reconfiguring vGPU node does not get (``vgpu_config_pending`` or the paused
+#: ``transitioning`` flag explains the missing devices; the sync keeps the stored identity).
+_IDENTITY_UNKNOWN_FLAGS = frozenset({"gpu_model_unknown", "gpu_count_unknown"})
 
 
 def gpu_labels(labels: Mapping[str, str]) -> dict[str, str]:
@@ -342,7 +360,10 @@ def derive_node(
         config_types=config_types(entries) if entries else (),
         per_gpu_instances=per_gpu,
     )
-    flags.extend(identity.flags)
+    if vgpu_reconfiguring(mode, node.labels):
+        flags.extend(f for f in identity.flags if f["code"] not in _IDENTITY_UNKNOWN_FLAGS)
+    else:
+        flags.extend(identity.flags)
     if identity.source == ModelSource.GFD:
         # Container resources name no model; on a container node it is GFD's (DOMAIN.md §4).
         resources = [

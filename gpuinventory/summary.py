@@ -2,8 +2,15 @@
 
 Counting rules (DOMAIN.md §2, "Allocatable is not free"): only present nodes count; per resource
 ``total`` = Σ allocatable, ``used`` = Σ requests of non-terminal pods bound to the node (as stored
-by the sync), ``free`` = Σ max(0, allocatable − used); stale (zero-valued) entries are never
-counted. A fixed number of queries whatever the fleet size (grouped in the database).
+by the sync); stale (zero-valued) entries are never counted.
+
+``free`` counts only *requestable* devices: Σ max(0, allocatable − used) over resources that
+``capacity.requestable()`` accepts (the same rule as the request form and ``free_by_resource``).
+Free devices that cannot be requested now are reported beside it: ``free_unusable`` (their sum)
+and ``free_unusable_reasons`` (``{reason: devices}``, reasons = ``capacity.UNUSABLE_REASONS``:
+node not ready / cordoned, vGPU reconfiguring, transitioning, resource of another mode, not
+permitted by KubeVirt), so ``free + free_unusable`` = the raw Σ max(0, allocatable − used).
+A fixed number of queries whatever the fleet size.
 """
 
 from __future__ import annotations
@@ -12,18 +19,24 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, F, IntegerField, Max, Min, Q, Sum, Value
-from django.db.models.functions import Greatest
+from django.db.models import Count, Q, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from gpuinventory.capacity import UNUSABLE_REASONS, unusable_reason
 from gpuinventory.choices import MODE_BADGE, ResourceKind, SyncStatus, WorkloadMode
 from gpuinventory.models import GpuNode, GpuResource, SyncRun
 
 
-def _free_sum() -> Sum:
-    """Σ max(0, allocatable − used), a fresh expression per query."""
-    return Sum(Greatest(F("allocatable") - F("used"), Value(0), output_field=IntegerField()))
+def _add_free(target: DeviceGroup | ModeSummary, free: int, reason: str) -> None:
+    """Add ``free`` devices to ``target.free`` (requestable) or to the unusable ones of ``reason``."""
+    if not free:
+        return
+    if not reason:
+        target.free += free
+        return
+    target.free_unusable += free
+    target.free_unusable_reasons[reason] = target.free_unusable_reasons.get(reason, 0) + free
 
 
 @dataclass
@@ -31,7 +44,9 @@ class DeviceGroup:
     """Devices of one mode grouped by GPU model (``by_model``) or by resource (``by_resource``).
 
     ``label`` is what people call it: the GPU model, the vGPU type (``T4-8Q``), the passthrough
-    model, or the short container resource name (``gpu``, ``mig-1g.5gb``).
+    model, or the short container resource name (``gpu``, ``mig-1g.5gb``). ``free`` = requestable
+    free devices; ``free_unusable``/``free_unusable_reasons`` = the other free devices and why
+    (module docstring).
     """
 
     label: str
@@ -43,6 +58,8 @@ class DeviceGroup:
     resource: str = ""
     kind: str = ""
     model: str = ""
+    free_unusable: int = 0
+    free_unusable_reasons: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -59,6 +76,8 @@ class ModeSummary:
     total: int = 0
     used: int = 0
     free: int = 0
+    free_unusable: int = 0
+    free_unusable_reasons: dict[str, int] = field(default_factory=dict)
     by_model: list[DeviceGroup] = field(default_factory=list)
     by_resource: list[DeviceGroup] = field(default_factory=list)
 
@@ -111,6 +130,13 @@ class InventorySummary:
             "last_success": self.sync.last_success.as_summary() if self.sync.last_success else None,
             "data_age_seconds": self.sync.data_age_seconds,
         }
+
+
+def _order_reasons(target: DeviceGroup | ModeSummary) -> None:
+    """Put ``free_unusable_reasons`` in ``capacity.UNUSABLE_REASONS`` order (stable JSON)."""
+    target.free_unusable_reasons = {
+        k: target.free_unusable_reasons[k] for k in UNUSABLE_REASONS if k in target.free_unusable_reasons
+    }
 
 
 def resource_label(kind: str, name: str, model: str, vgpu_type: str, pci_device_id: str) -> str:
@@ -176,13 +202,6 @@ def inventory_summary(now: datetime | None = None) -> InventorySummary:
                 mode_row["transitioning"],
             )
 
-    counted = GpuResource.objects.filter(node__present=True, stale=False)
-    for use_row in (
-        counted.filter(used__gt=0).values("node__workload_mode").annotate(n=Count("node", distinct=True))
-    ):
-        if use_row["node__workload_mode"] in modes:
-            modes[use_row["node__workload_mode"]].nodes_in_use = use_row["n"]
-
     by_model: dict[tuple[str, str], DeviceGroup] = {}
     for model_row in present.values("workload_mode", "gpu_model").annotate(
         n=Count("id"), gpus=Sum("gpu_count")
@@ -193,50 +212,56 @@ def inventory_summary(now: datetime | None = None) -> InventorySummary:
             nodes=model_row["n"],
             gpus=model_row["gpus"],
         )
-    for dev_row in counted.values("node__workload_mode", "node__gpu_model").annotate(
-        n_total=Sum("allocatable"), n_used=Sum("used"), n_free=_free_sum()
-    ):
-        group = by_model.get((dev_row["node__workload_mode"], dev_row["node__gpu_model"]))
-        if group is not None:
-            group.total, group.used, group.free = dev_row["n_total"], dev_row["n_used"], dev_row["n_free"]
 
-    for res_row in (
-        counted.values("node__workload_mode", "name", "kind")
-        .annotate(
-            n_total=Sum("allocatable"),
-            n_used=Sum("used"),
-            n_free=_free_sum(),
-            n=Count("node", distinct=True),
-            # one resource name has one vGPU type / PCI ID; the model may differ (nvidia.com/gpu)
-            model_min=Min("model"),
-            model_max=Max("model"),
-            vgpu_max=Max("vgpu_type"),
-            pci_max=Max("pci_device_id"),
-        )
+    # One query; the per-row rule (capacity.unusable_reason) is applied in Python.
+    counted = (
+        GpuResource.objects.filter(node__present=True, stale=False)
+        .select_related("node")
         .order_by("node__workload_mode", "name")
-    ):
-        summary = modes.get(res_row["node__workload_mode"])
+    )
+    in_use: dict[str, set[int]] = {}
+    by_resource: dict[tuple[str, str], tuple[DeviceGroup, set[int], set[str], str, str]] = {}
+    for r in counted:
+        node = r.node
+        mode = node.workload_mode
+        summary = modes.get(mode)
         if summary is None:
             continue
-        model = res_row["model_max"] if res_row["model_min"] == res_row["model_max"] else ""
-        label = resource_label(
-            res_row["kind"], res_row["name"], model, res_row["vgpu_max"], res_row["pci_max"]
+        if r.used > 0:
+            in_use.setdefault(mode, set()).add(node.pk)
+        free = max(0, r.allocatable - r.used)
+        reason = unusable_reason(r, node) if free else ""
+        entry = by_resource.get((mode, r.name))
+        if entry is None:
+            entry = (DeviceGroup(label="", resource=r.name, kind=r.kind), set(), set(), "", "")
+        group, node_ids, models, vgpu_type, pci_id = entry
+        node_ids.add(node.pk)
+        models.add(r.model)
+        by_resource[(mode, r.name)] = (
+            group,
+            node_ids,
+            models,
+            max(vgpu_type, r.vgpu_type),
+            max(pci_id, r.pci_device_id),
         )
-        summary.by_resource.append(
-            DeviceGroup(
-                label=label,
-                resource=res_row["name"],
-                kind=res_row["kind"],
-                model=model,
-                nodes=res_row["n"],
-                total=res_row["n_total"],
-                used=res_row["n_used"],
-                free=res_row["n_free"],
-            )
-        )
-        summary.total += res_row["n_total"]
-        summary.used += res_row["n_used"]
-        summary.free += res_row["n_free"]
+        for target in (group, summary, by_model.get((mode, node.gpu_model))):
+            if target is None:
+                continue
+            target.total += r.allocatable
+            target.used += r.used
+            _add_free(target, free, reason)
+    for mode, ids in in_use.items():
+        modes[mode].nodes_in_use = len(ids)
+    for (mode, _name), (group, node_ids, models, vgpu_type, pci_id) in by_resource.items():
+        # one resource name has one vGPU type / PCI ID; the model may differ (nvidia.com/gpu)
+        group.model = models.pop() if len(models) == 1 else ""
+        group.label = resource_label(group.kind, group.resource, group.model, vgpu_type, pci_id)
+        group.nodes = len(node_ids)
+        modes[mode].by_resource.append(group)
+    targets: list[DeviceGroup | ModeSummary] = [*modes.values(), *by_model.values()]
+    targets += [g for m in modes.values() for g in m.by_resource]
+    for target in targets:
+        _order_reasons(target)
 
     for (mode, _model), group in sorted(by_model.items(), key=lambda item: (item[0][0], item[0][1])):
         if mode in modes:

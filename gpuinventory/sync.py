@@ -41,7 +41,14 @@ from django.utils import timezone
 from gpuinventory.choices import SyncStatus
 from gpuinventory.flags import FLAG_TYPES, Flag, flag
 from gpuinventory.models import GpuConsumer, GpuNode, GpuResource, PermittedDevice, SyncRun, VgpuConfig
-from gpuinventory.nodeview import DerivedConsumer, DerivedNode, DerivedResource, derive_node
+from gpuinventory.naming import ModelSource
+from gpuinventory.nodeview import (
+    DerivedConsumer,
+    DerivedNode,
+    DerivedResource,
+    derive_node,
+    vgpu_reconfiguring,
+)
 from gpuinventory.permitted import kubevirt_flags
 from gpuinventory.vgpuconfig import (
     CONFIG_KEY,
@@ -364,6 +371,34 @@ def _consumer_values(c: DerivedConsumer) -> dict[str, Any]:
     return c.model_fields()
 
 
+def _keep_identity(dn: DerivedNode, stored: GpuNode | None) -> dict[str, Any]:
+    """``dn.model_fields()``, except that a vGPU node being reconfigured keeps its stored GPU
+    model, count and memory where the new derivation is unknown.
+
+    During a vGPU re-profiling (``nvidia.com/vgpu.config.state=pending`` or deploy labels
+    ``paused-for-vgpu-change``, DOMAIN.md §3 step 3) every vGPU resource vanishes for a while,
+    so ``identify_gpus`` cannot tell the GPUs; the hardware did not change, so the last known
+    values (and their ``model_source``) stay until the devices are advertised again. A model
+    derived only from the vGPU config being applied (``ModelSource.VGPU_CONFIG``) counts as unknown
+    then: a shared config lists every GPU family it covers.
+    """
+    values = dn.model_fields()
+    if stored is None or stored.workload_mode != str(dn.workload_mode):
+        return values
+    if not vgpu_reconfiguring(dn.workload_mode, dn.labels):
+        return values
+    # A model guessed from the config being applied (every family a shared config such as
+    # "default" covers, e.g. "V100X + ... + Tesla T4 + A10") is no better than unknown here.
+    guessed = values["model_source"] in (ModelSource.UNKNOWN, ModelSource.VGPU_CONFIG)
+    if (not values["gpu_model"] or guessed) and stored.gpu_model:
+        values["gpu_model"], values["model_source"] = stored.gpu_model, stored.model_source
+        values["gpu_memory_mib"] = stored.gpu_memory_mib
+    for key in ("gpu_count", "gpu_memory_mib"):
+        if values[key] is None and getattr(stored, key) is not None:
+            values[key] = getattr(stored, key)
+    return values
+
+
 def apply(derived: Derived, now: datetime, last_success: datetime | None) -> ApplyResult:
     """Write the difference between ``derived`` and the stored rows (call inside a transaction).
 
@@ -388,8 +423,8 @@ def apply(derived: Derived, now: datetime, last_success: datetime | None) -> App
     new_nodes: list[GpuNode] = []
     node_updates: list[GpuNode] = []
     for name, dn in derived.nodes.items():
-        values = dn.model_fields()
         obj = stored_nodes.get(name)
+        values = _keep_identity(dn, obj)
         if obj is None:
             new_nodes.append(GpuNode(present=True, first_seen=now, last_seen=now, updated=now, **values))
             result.added += 1

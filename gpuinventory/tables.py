@@ -15,9 +15,11 @@ from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from gpuinventory.choices import MODE_BADGE, ModeSource
+from gpuinventory.capacity import requestable_q
+from gpuinventory.choices import MODE_BADGE, ModeSource, WorkloadMode
 from gpuinventory.diagnostics import worst_severity
 from gpuinventory.models import GpuNode, GpuResource, PermittedDevice, VgpuConfig
 from gpuinventory.summary import age_text
@@ -39,7 +41,12 @@ def stable_order(queryset: QuerySet[GpuNode], fields: list[str]) -> QuerySet[Gpu
 
 
 def annotate_node_counts(queryset: QuerySet[GpuNode]) -> QuerySet[GpuNode]:
-    """Add ``devices_total``/``devices_used``/``devices_free`` (non-stale resources) and prefetch them."""
+    """Add ``devices_total``/``devices_used``/``devices_free`` (non-stale resources) and prefetch them.
+
+    ``devices_free`` counts only requestable devices (``capacity.requestable``: 0 on a cordoned,
+    not-ready, transitioning or re-profiling node, for a resource of another mode or one KubeVirt
+    does not permit); each resource's own ``free`` in the resources column stays the raw number.
+    """
     counted = Q(resources__stale=False)
     zero = Value(0)
     return queryset.annotate(
@@ -50,7 +57,7 @@ def annotate_node_counts(queryset: QuerySet[GpuNode]) -> QuerySet[GpuNode]:
                 Greatest(
                     F("resources__allocatable") - F("resources__used"), zero, output_field=IntegerField()
                 ),
-                filter=counted,
+                filter=requestable_q("resources__", ""),
             ),
             zero,
         ),
@@ -165,17 +172,24 @@ class GpuNodeTable(InventoryTable):
         return html
 
     def render_vgpu_config(self, record: GpuNode) -> SafeString | str:
-        """The ``nvidia.com/vgpu.config`` value and its state (DOMAIN.md §3)."""
-        if not record.vgpu_config and not record.vgpu_config_state:
+        """The ``nvidia.com/vgpu.config`` value and its state on vm-vgpu nodes (DOMAIN.md §3).
+
+        Without the label the device manager applies the ClusterPolicy default; on other modes
+        left-over vGPU labels are ignored.
+        """
+        if record.workload_mode != WorkloadMode.VM_VGPU:
             return "—"
+        if record.vgpu_config:
+            config: SafeString | str = record.vgpu_config
+        else:
+            config = format_html('<span class="hint">{}</span>', _("ClusterPolicy default"))
+        if not record.vgpu_config_state:
+            return config
         state_class = {"success": "ok", "failed": "flag-error", "pending": "flag-warning"}.get(
             record.vgpu_config_state, ""
         )
         return format_html(
-            '{} <span class="badge {}">{}</span>',
-            record.vgpu_config or "—",
-            state_class,
-            record.vgpu_config_state,
+            '{} <span class="badge {}">{}</span>', config, state_class, record.vgpu_config_state
         )
 
     def render_flags(self, record: GpuNode) -> SafeString | str:
@@ -216,20 +230,31 @@ class VgpuConfigTable(InventoryTable):
         }
 
     def render_entries(self, record: VgpuConfig) -> SafeString:
-        """Each entry as ``devices (filter): type × count``."""
+        """Each entry as "GPU 0: T4-16C × 1" / "all GPUs: T4-8Q × 2", device filter as a hint."""
         parts = []
         for entry in record.entries or []:
             devices = entry.get("devices", "all")
-            devices_text = str(_("all GPUs")) if devices == "all" else ", ".join(str(d) for d in devices)
+            if devices == "all":
+                devices_text = str(_("all GPUs"))
+            else:
+                indices = [str(d) for d in devices]
+                devices_text = ngettext("GPU %(indices)s", "GPUs %(indices)s", len(indices)) % {
+                    "indices": ", ".join(indices)
+                }
             device_filter = entry.get("device_filter") or []
             if isinstance(device_filter, str):
                 device_filter = [device_filter]
             vgpus = ", ".join(
                 f"{vtype} × {count}" for vtype, count in (entry.get("vgpu_devices") or {}).items()
             )
-            filter_text = f" [{', '.join(device_filter)}]" if device_filter else ""
-            parts.append((devices_text + filter_text, vgpus or "—"))
-        return format_html_join("", '<div class="entry"><span class="hint">{}</span> {}</div>', parts)
+            text = gettext("%(gpus)s: %(vgpus)s") % {"gpus": devices_text, "vgpus": vgpus or "—"}
+            filter_text = (
+                gettext("only PCI devices %(ids)s") % {"ids": ", ".join(device_filter)}
+                if device_filter
+                else ""
+            )
+            parts.append((text, filter_text))
+        return format_html_join("", '<div class="entry">{} <span class="hint">{}</span></div>', parts)
 
 
 class PermittedDeviceTable(InventoryTable):

@@ -10,17 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
-from django.views.decorators.http import require_POST
 
-from gpuinventory.choices import MODE_BADGE, SYNC_BADGE, ModeSource, ResourceKind
+from gpuinventory.choices import MODE_BADGE, SYNC_BADGE, ModeSource, ResourceKind, WorkloadMode
 from gpuinventory.diagnostics import describe_flags
 from gpuinventory.filtersets import GpuNodeFilterSet, PermittedDeviceFilterSet, VgpuConfigFilterSet
 from gpuinventory.models import GpuNode
@@ -40,17 +38,71 @@ from gpuinventory.tables import (
 )
 from portal.views_mixins import FilteredTableListMixin
 
-#: Label prefixes shown on the node page (DOMAIN.md §1 deploy labels, §3 vGPU, §4 GFD).
+#: Labels shown on the node page, grouped by the component that writes them (DOMAIN.md §1, §3, §4).
 DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
-VGPU_PREFIX = "nvidia.com/vgpu."
 MODE_LABEL = "nvidia.com/gpu.workload.config"
+VGPU_CONFIG_LABEL = "nvidia.com/vgpu.config"
+VGPU_CONFIG_STATE_LABEL = "nvidia.com/vgpu.config.state"
+#: Written by the GPU Operator itself (not GFD): DOMAIN.md §4 "Not GFD".
+OPERATOR_LABELS = frozenset({"nvidia.com/gpu.present", "nvidia.com/gpu-driver-upgrade-state"})
+#: Read and written by the MIG manager (not GFD).
+MIG_MANAGER_LABELS = frozenset({"nvidia.com/mig.config", "nvidia.com/mig.config.state"})
+#: Read and written by the vGPU Device Manager (DOMAIN.md §3).
+VGPU_DM_LABELS = frozenset({VGPU_CONFIG_LABEL, VGPU_CONFIG_STATE_LABEL})
+#: GPU Feature Discovery labels (DOMAIN.md §4 table); ``vgpu.present``/``vgpu.host-driver-*``
+#: are GFD's guest-side labels (the node itself is a VM on a vGPU), not vGPU host labels.
 GFD_PREFIXES = (
     "nvidia.com/gpu.",
     "nvidia.com/cuda.",
     "nvidia.com/mig.",
+    "nvidia.com/mig-",
     "nvidia.com/gfd.",
     "nvidia.com/mps.",
+    "nvidia.com/vgpu.present",
+    "nvidia.com/vgpu.host-driver-",
 )
+
+#: ``GpuNode.model_source`` values (``gpuinventory.naming.ModelSource``) in plain words.
+MODEL_SOURCE_LABELS = {
+    "gfd": gettext_lazy("from GPU Feature Discovery labels"),
+    "passthrough_name": gettext_lazy("from the passthrough resource name"),
+    "pci_id": gettext_lazy("from the PCI device ID"),
+    "vgpu_type": gettext_lazy("from the advertised vGPU types"),
+    "vgpu_config": gettext_lazy("from the vGPU config"),
+    "annotation": gettext_lazy("set by an administrator"),
+}
+
+
+#: Why free devices cannot be requested now (``capacity.UNUSABLE_REASONS``), in plain words.
+UNUSABLE_REASON_LABELS = {
+    "node_absent": gettext_lazy("node absent"),
+    "node_not_ready": gettext_lazy("node not ready"),
+    "node_cordoned": gettext_lazy("node cordoned"),
+    "vgpu_reconfiguring": gettext_lazy("vGPU config being applied"),
+    "transitioning": gettext_lazy("mode change in progress"),
+    "other_mode": gettext_lazy("resource of another mode"),
+    "not_permitted": gettext_lazy("not permitted in KubeVirt"),
+}
+
+
+def unusable_notes(reasons: Any) -> str:
+    """``{reason: devices}`` as "node cordoned: 2, node not ready: 1" ("" when there are none)."""
+    if not isinstance(reasons, dict):
+        return ""
+    return _(", ").join(
+        _("%(reason)s: %(devices)s")
+        % {"reason": UNUSABLE_REASON_LABELS.get(reason, reason), "devices": count}
+        for reason, count in reasons.items()
+        if count
+    )
+
+
+def model_source_label(source: str) -> str:
+    """Where the GPU model came from, in the active language ("" when unknown or not recorded)."""
+    if not source:
+        return ""
+    label = MODEL_SOURCE_LABELS.get(source)
+    return str(label) if label is not None else _("from %(source)s") % {"source": source}
 
 
 def can_sync(user: Any) -> bool:
@@ -176,6 +228,11 @@ class DashboardView(GpuNodeListView):
         if partial != self.partial_name:
             summary: InventorySummary = inventory_summary()
             context["summary"] = summary
+            for mode_summary in summary.modes:
+                # Free devices that cannot be requested now, when the summary reports them.
+                mode_summary.unusable_notes = unusable_notes(  # type: ignore[attr-defined]
+                    getattr(mode_summary, "free_unusable_reasons", None)
+                )
             context["charts"] = build_charts(summary.modes)
         return context
 
@@ -208,15 +265,31 @@ permitteddevice_list = PermittedDeviceListView.as_view()
 
 
 def split_labels(labels: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
-    """Group a node's stored labels: deploy (DOMAIN.md §1), vGPU (§3), GFD (§4), other."""
-    groups: dict[str, list[tuple[str, str]]] = {"deploy": [], "vgpu": [], "gfd": [], "other": []}
+    """Group a node's stored labels by the component that writes them.
+
+    ``deploy``: ``nvidia.com/gpu.deploy.*`` without the prefix (DOMAIN.md §1); ``operator``: the
+    GPU Operator's own labels; ``gfd``: GPU Feature Discovery (§4); ``mig``: the MIG manager;
+    ``vgpu``: the vGPU Device Manager (§3); ``other``: the rest. The mode label is shown elsewhere.
+    """
+    groups: dict[str, list[tuple[str, str]]] = {
+        "deploy": [],
+        "operator": [],
+        "gfd": [],
+        "mig": [],
+        "vgpu": [],
+        "other": [],
+    }
     for key, value in sorted(labels.items()):
+        if key == MODE_LABEL:
+            continue
         if key.startswith(DEPLOY_PREFIX):
             groups["deploy"].append((key.removeprefix(DEPLOY_PREFIX), value))
-        elif key.startswith(VGPU_PREFIX):
+        elif key in OPERATOR_LABELS:
+            groups["operator"].append((key, value))
+        elif key in MIG_MANAGER_LABELS:
+            groups["mig"].append((key, value))
+        elif key in VGPU_DM_LABELS:
             groups["vgpu"].append((key, value))
-        elif key == MODE_LABEL:
-            continue
         elif key.startswith(GFD_PREFIXES):
             groups["gfd"].append((key, value))
         else:
@@ -232,11 +305,16 @@ def gpunode(request: HttpRequest, name: str) -> HttpResponse:
         resource.label = resource_label(  # type: ignore[attr-defined]
             resource.kind, resource.name, resource.model, resource.vgpu_type, resource.pci_device_id
         )
+    is_vgpu = node.workload_mode == WorkloadMode.VM_VGPU
     context = {
         "node": node,
         "mode_badge": MODE_BADGE.get(node.workload_mode, ""),  # type: ignore[call-overload]
         "mode_by_label": node.mode_source == ModeSource.LABEL,
         "invalid_label": node.mode_source == ModeSource.INVALID_LABEL,
+        "model_source_label": model_source_label(node.model_source),
+        "is_vgpu": is_vgpu,
+        # A vgpu.config(.state) label on a node not in vm-vgpu mode is left over (DOMAIN.md §3).
+        "vgpu_labels_left_over": not is_vgpu,
         "labels": split_labels(node.labels or {}),
         "resources": resources,
         "vgpu_kind": ResourceKind.VGPU,
@@ -250,11 +328,20 @@ def gpunode(request: HttpRequest, name: str) -> HttpResponse:
 # --- sync now ----------------------------------------------------------------------------------
 
 
-@require_POST
 def sync_now(request: HttpRequest) -> HttpResponse:
-    """Enqueue one inventory sync (admins only: staff or superusers; others get 403)."""
+    """Enqueue one inventory sync (POST only; admins only: staff or superusers).
+
+    Others get the 403 page with the reason, rendered here rather than raised so no traceback is
+    logged for an ordinary refusal; a GET gets 405 with a short text body.
+    """
+    if request.method != "POST":
+        return HttpResponseNotAllowed(
+            ["POST"], content=_("Use the Sync now button.") + "\n", content_type="text/plain; charset=utf-8"
+        )
     if not can_sync(request.user):
-        raise PermissionDenied(gettext_lazy("Only administrators can start a sync."))
+        return render(
+            request, "403.html", {"exception": _("Only administrators can start a sync.")}, status=403
+        )
     # Imported here: the task module pulls in the sync and the Kubernetes adapter, which pages never need.
     from gpuinventory import tasks
 

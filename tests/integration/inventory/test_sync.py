@@ -101,15 +101,16 @@ def test_demo_inventory(portal_cluster: DevCluster) -> None:
         False,
     )
     assert (b200.gpu_model, b200.gpu_count, b200.gpu_memory_mib, b200.ready, b200.flags) == (
-        "NVIDIA-B200",
+        "B200",  # GFD's NVIDIA-B200 under the PCI table's display name (naming.display_model_for_gfd)
         8,
         183359,
         True,
         [],
     )
     assert resources("b200-node-01") == {
-        "nvidia.com/gpu": ("gpu", "NVIDIA-B200", "", "", None, "", 8, 8, 6, False, None),
+        "nvidia.com/gpu": ("gpu", "B200", "", "", None, "", 8, 8, 6, False, None),
     }
+    assert b200.labels["nvidia.com/gpu.product"] == "NVIDIA-B200"  # the raw product is kept
     assert consumers("b200-node-01") == [
         ("nvidia.com/gpu", 4, "team-research", "llm-pretrain-0", ""),
         ("nvidia.com/gpu", 2, "team-research", "llm-pretrain-1", ""),
@@ -275,6 +276,10 @@ def test_paused_operands_show_transitioning_then_settle(
     node = GpuNode.objects.get(name=name)
     assert node.transitioning is True
     assert "transitioning" in [f["code"] for f in node.flags]
+    # Re-profiling: the GPUs did not change, so the stored identity stays and no annotation is asked for.
+    assert (node.gpu_model, node.gpu_count) == ("Tesla T4", 2)
+    assert not {"gpu_count_unknown", "gpu_model_unknown"} & {f["code"] for f in node.flags}
+    assert next(f for f in node.flags if f["code"] == "transitioning")["params"]["cause"] == "vgpu_paused"
     # The simulated kubelet drops the paused plugin's resource (a real one may keep it at 0 until it
     # restarts, which the sync stores as stale): the row goes with it.
     assert (run.counts["rows_written"], counts(name)) == (2, {})

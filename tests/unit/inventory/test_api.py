@@ -186,8 +186,11 @@ def test_summary_numbers(fleet: list[GpuNode]) -> None:
             "resource": "nvidia.com/GRID_T4-8Q",
             "kind": "vgpu",
             "model": "T4",
+            "free_unusable": 0,
+            "free_unusable_reasons": {},
         }
     ]
+    assert (modes["vm-vgpu"]["free_unusable"], modes["vm-vgpu"]["free_unusable_reasons"]) == (0, {})
     assert modes["vm-passthrough"]["by_model"][0]["label"] == "RTX A2000 12GB"
     assert payload["absent_nodes"] == 1
     assert payload["last_sync"]["status"] == "success"

@@ -91,7 +91,7 @@ def test_free_by_resource(fleet: None) -> None:
 
 def test_free_on_node(fleet: None) -> None:
     assert capacity.free_on_node("c1") == {"nvidia.com/gpu": 2}
-    assert capacity.free_on_node("c2") == {"nvidia.com/gpu": 4}  # cordoned: the caller decides
+    assert capacity.free_on_node("c2") == {"nvidia.com/gpu": 0}  # cordoned: as free_by_resource
     assert capacity.free_on_node("p1") == {A100_PT: 3}  # the stale nvidia.com/gpu is not listed
     assert capacity.free_on_node("p2") == {}  # absent
     assert capacity.free_on_node("v1") == {T4_8Q: 16}  # the container resource on a VM node is not
@@ -137,3 +137,88 @@ def test_reprofile_candidate_freed_when_the_vm_goes(fleet: None) -> None:
 
     GpuConsumer.objects.filter(node__name="v2").delete()
     assert [c.node for c in capacity.reprofile_candidates("T4-16Q")] == ["v1", "v2", "v5"]
+
+
+def test_free_on_node_agrees_with_free_by_resource(fleet: None) -> None:
+    per_node: dict[str, int] = {}
+    for name in ("c1", "c2", "p1", "p2", "v1", "v2", "v3", "v4", "v5", "v6"):
+        per_node[name] = sum(capacity.free_on_node(name).values())
+    assert per_node == {
+        "c1": 2, "c2": 0, "p1": 3, "p2": 0, "v1": 16, "v2": 14, "v3": 0, "v4": 0, "v5": 0, "v6": 16,
+    }  # fmt: skip
+    assert sum(per_node.values()) == sum(r.free for r in capacity.free_by_resource()) == 51
+
+
+@pytest.mark.parametrize(
+    ("node_fields", "resource_fields", "reason"),
+    [
+        ({}, {}, ""),
+        ({"present": False}, {}, "node_absent"),
+        ({"ready": False}, {}, "node_not_ready"),
+        ({"ready": None}, {}, ""),  # unknown readiness counts as ready
+        ({"unschedulable": True}, {}, "node_cordoned"),
+        ({"vgpu_config_state": "pending"}, {}, "vgpu_reconfiguring"),
+        ({"vgpu_config_state": "failed"}, {}, ""),  # still advertises: requestable
+        ({"transitioning": True}, {}, "transitioning"),
+        ({}, {"permitted": False}, "not_permitted"),
+        ({}, {"permitted": None}, ""),
+        ({"ready": False, "unschedulable": True}, {"permitted": False}, "node_not_ready"),  # first wins
+    ],
+)
+def test_requestable_rule(node_fields: dict[str, Any], resource_fields: dict[str, Any], reason: str) -> None:
+    node = stored_node("n", "vm-vgpu", **node_fields)
+    res = stored_resource(node, T4_8Q, 4, used=1, vgpu_type="T4-8Q", **{"permitted": True, **resource_fields})
+    assert capacity.unusable_reason(res, node) == reason
+    assert capacity.requestable(res, node) is (reason == "")
+    assert capacity.requestable_free(res, node) == (3 if reason == "" else 0)
+    assert res.free == 3  # the raw device truth is unchanged
+    from gpuinventory.models import GpuResource
+
+    assert GpuResource.objects.filter(capacity.requestable_q()).count() == (1 if reason == "" else 0)
+
+
+def test_other_mode_resource_is_not_requestable() -> None:
+    node = stored_node("v", "vm-vgpu")
+    res = stored_resource(node, "nvidia.com/gpu", 1, kind="gpu")
+    assert (capacity.unusable_reason(res, node), capacity.requestable(res, node)) == ("other_mode", False)
+
+
+def test_summary_counts_only_requestable_free(fleet: None) -> None:
+    from gpuinventory.summary import inventory_summary
+
+    data = inventory_summary().as_dict()["modes"]
+    picked = {
+        mode: (m["total"], m["used"], m["free"], m["free_unusable"], m["free_unusable_reasons"])
+        for mode, m in data.items()
+    }
+    assert picked == {
+        "container": (12, 6, 2, 4, {"node_cordoned": 4}),
+        "vm-passthrough": (4, 1, 3, 0, {}),
+        "vm-vgpu": (69, 2, 46, 21, {"vgpu_reconfiguring": 16, "other_mode": 1, "not_permitted": 4}),
+    }
+    # the same numbers as the capacity service (the request form)
+    for mode in picked:
+        assert data[mode]["free"] == sum(r.free for r in capacity.free_by_resource(mode))
+    by_res = {
+        g["resource"]: (g["free"], g["free_unusable"], g["free_unusable_reasons"])
+        for g in data["vm-vgpu"]["by_resource"]
+    }
+    assert by_res == {
+        A10_12Q: (0, 4, {"not_permitted": 4}),
+        "nvidia.com/gpu": (0, 1, {"other_mode": 1}),
+        T4_8Q: (46, 16, {"vgpu_reconfiguring": 16}),
+    }
+    by_model = {g["label"]: (g["free"], g["free_unusable"]) for g in data["vm-vgpu"]["by_model"]}
+    assert by_model == {"": (0, 0), "A10": (0, 4), "Tesla T4": (46, 17)}
+
+
+def test_node_table_free_column_is_requestable(fleet: None) -> None:
+    from gpuinventory.models import GpuNode
+    from gpuinventory.tables import annotate_node_counts
+
+    rows = annotate_node_counts(GpuNode.objects.filter(present=True)).order_by("name")
+    got = {n.name: (n.devices_total, n.devices_used, n.devices_free) for n in rows}
+    assert got == {
+        "c1": (8, 6, 2), "c2": (4, 0, 0), "p1": (4, 1, 3), "v1": (17, 0, 16), "v2": (16, 2, 14),
+        "v3": (16, 0, 0), "v4": (4, 0, 0), "v5": (0, 0, 0), "v6": (16, 0, 16),
+    }  # fmt: skip

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from django.utils import translation
 
 from gpuinventory.choices import ModeSource, WorkloadMode
+from gpuinventory.flags import describe
 from gpuinventory.modes import ModeDecision, decide_mode, deploy_disagreements
 from tests.factories import cluster_policy, sample_node
 
@@ -169,9 +171,16 @@ def test_transitioning_paused_for_vgpu_change() -> None:
                 "mode": "vm-vgpu",
                 "labels": "nvidia.com/gpu.deploy.sandbox-device-plugin=paused-for-vgpu-change, "
                 "nvidia.com/gpu.deploy.sandbox-validator=paused-for-vgpu-change",
+                "cause": "vgpu_paused",
             },
         },
     )
+    # The mode is not changing: the title says why the operands are paused.
+    with translation.override("en"):
+        described = describe(d.flags[0], node="n1")
+    assert (described.title, described.severity) == ("Operands paused for a vGPU reconfiguration", "warning")
+    assert "The workload mode (vm-vgpu) is not changing." in described.detail
+    assert "Mode change" not in described.title
 
 
 def test_transitioning_relabel_passthrough_to_vgpu() -> None:
@@ -183,6 +192,10 @@ def test_transitioning_relabel_passthrough_to_vgpu() -> None:
     ]
     d = decide_mode(labels, cluster_policy())
     assert d is not None and d.transitioning is True
+    (transitioning,) = [f for f in d.flags if f["code"] == "transitioning"]
+    assert "cause" not in transitioning["params"]  # a real mode change keeps the generic wording
+    with translation.override("en"):
+        assert describe(transitioning).title == "Mode change in progress"
 
 
 @pytest.mark.parametrize("value", ["", "false"])

@@ -6,6 +6,7 @@ from decimal import Decimal
 
 import pytest
 
+from gpuinventory import naming
 from gpuinventory.choices import ResourceKind, WorkloadMode
 from gpuinventory.naming import (
     PCI_MODELS,
@@ -319,7 +320,7 @@ def test_identify_vm_nodes_ignores_stale_gfd_labels() -> None:
     assert (ident.model, ident.count, ident.memory_mib, ident.source) == (
         "A100 PCIe 80GB",
         2,
-        None,
+        81920,  # PCI_MODELS (modal-labs/modal-client#2797), not the stale GFD label
         ModelSource.PASSTHROUGH_NAME,
     )
     assert ident.flags == (
@@ -364,3 +365,70 @@ def test_identify_vgpu_counts() -> None:
     pending = identify_gpus(WorkloadMode.VM_VGPU, {}, {}, [], config_types=["A10-12Q"])
     assert (pending.model, pending.count, pending.source) == ("A10", None, ModelSource.VGPU_CONFIG)
     assert [f["code"] for f in pending.flags] == ["gpu_count_unknown"]
+
+
+@pytest.mark.parametrize(
+    ("product", "model"),
+    [
+        ("NVIDIA-A100-PCIE-40GB", "A100 PCIe 40GB"),
+        ("A100-PCIE-40GB", "A100 PCIe 40GB"),
+        ("A100-SXM4-40GB", "A100 SXM4 40GB"),
+        ("NVIDIA-A100-80GB-PCIe", "A100 PCIe 80GB"),
+        ("Tesla-T4", "Tesla T4"),
+        ("Tesla-V100-PCIE-16GB", "Tesla V100 PCIe 16GB"),
+        ("NVIDIA-H100-80GB-HBM3", "H100 SXM5 80GB"),
+        ("NVIDIA-H100-PCIe", "H100 PCIe"),
+        ("NVIDIA-H200", "H200 SXM 141GB"),
+        ("NVIDIA-B200", "B200"),
+        ("NVIDIA-L4", "L4"),
+        ("NVIDIA-L40S", "L40S"),
+        ("NVIDIA-A10", "A10"),
+        ("NVIDIA-A30", "A30 PCIe"),
+        ("NVIDIA-RTX-A2000-12GB", "RTX A2000 12GB"),
+        ("NVIDIA-GeForce-RTX-4090", "NVIDIA-GeForce-RTX-4090"),  # unknown: unchanged
+        ("", ""),
+    ],
+)
+def test_gfd_product_maps_to_the_pci_table_name(product: str, model: str) -> None:
+    assert naming.display_model_for_gfd(product) == model
+
+
+def test_container_node_model_is_the_pci_table_name() -> None:
+    labels = {"nvidia.com/gpu.product": "NVIDIA-A100-PCIE-40GB-SHARED", "nvidia.com/gpu.count": "2"}
+    ident = identify_gpus(WorkloadMode.CONTAINER, labels, {}, ())
+    assert (ident.model, ident.count, ident.memory_mib, ident.source) == ("A100 PCIe 40GB", 2, 40536, "gfd")
+    with_label = identify_gpus(WorkloadMode.CONTAINER, {**labels, "nvidia.com/gpu.memory": "40960"}, {}, ())
+    assert with_label.memory_mib == 40960  # GFD's own number wins over the table
+
+
+@pytest.mark.parametrize(
+    ("model", "mib"),
+    [
+        ("Tesla T4", 15360),
+        ("A100 PCIe 40GB", 40536),
+        ("A100 SXM4 40GB", 40536),
+        ("A100 PCIe 80GB", 81920),
+        ("A10", 23028),
+        ("L4", 23034),
+        ("L40S", 46068),
+        ("H100 SXM5 80GB", 81559),
+        ("H100 PCIe", 81559),
+        ("H200 SXM 141GB", 143771),
+        ("B200", 183359),
+        ("A40", None),
+        ("RTX A2000 12GB", None),
+        ("Tesla T4 + A10", None),
+        ("", None),
+    ],
+)
+def test_memory_mib_for_model(model: str, mib: int | None) -> None:
+    assert naming.memory_mib_for_model(model) == mib
+
+
+def test_vm_nodes_get_memory_from_the_pci_table() -> None:
+    pt = identify_gpus(WorkloadMode.VM_PASSTHROUGH, {}, {}, _adv(("nvidia.com/GA100_A100_PCIE_40GB", 4)))
+    assert (pt.model, pt.count, pt.memory_mib) == ("A100 PCIe 40GB", 4, 40536)
+    vgpu = identify_gpus(WorkloadMode.VM_VGPU, {}, {}, _adv(("nvidia.com/GRID_T4-8Q", 4)))
+    assert (vgpu.model, vgpu.count, vgpu.memory_mib) == ("Tesla T4", 2, 15360)
+    unknown = identify_gpus(WorkloadMode.VM_PASSTHROUGH, {}, {}, _adv(("nvidia.com/GA102GL_A40", 1)))
+    assert (unknown.model, unknown.memory_mib) == ("A40", None)

@@ -214,8 +214,14 @@ def test_vgpu_pending_failed_and_unknown(custom_configs: dict[str, list[ConfigEn
     )
     d = derive_node(pending, [], cluster_policy(), sample_kubevirt(NVIDIA_DOCS_CR), custom_configs)
     assert d is not None
-    assert d.flag_codes() == ["stale_resource", "vgpu_config_pending", "gpu_count_unknown"]
-    assert (d.gpu_model, d.model_source) == ("Tesla T4", "vgpu_config")
+    # No gpu_count_unknown while pending: vgpu_config_pending explains it (the sync keeps the count).
+    assert d.flag_codes() == ["stale_resource", "vgpu_config_pending"]
+    assert (d.gpu_model, d.gpu_count, d.gpu_memory_mib, d.model_source) == (
+        "Tesla T4",
+        None,
+        15360,
+        "vgpu_config",
+    )
     failed = NodeInfo(
         name=base.name,
         labels={**base.labels, "nvidia.com/vgpu.config": "A10-12Q", "nvidia.com/vgpu.config.state": "failed"},
@@ -235,7 +241,7 @@ def test_b200_container_node() -> None:
     assert (d.workload_mode, d.mode_source, d.gpu_model, d.gpu_count, d.gpu_memory_mib, d.model_source) == (
         WorkloadMode.CONTAINER,
         ModeSource.SANDBOX_DISABLED,
-        "NVIDIA-B200",
+        "B200",  # GFD's NVIDIA-B200 under the PCI table's name; the raw product stays in labels
         8,
         183359,
         "gfd",
@@ -256,7 +262,7 @@ def test_b200_labels_with_item2_allocatable() -> None:
     d = derive_node(node_info(merged), jobs, None, None, None)
     assert d is not None
     assert d.resources == (
-        DerivedResource("nvidia.com/gpu", ResourceKind.GPU, "NVIDIA-B200", capacity=8, allocatable=8, used=6),
+        DerivedResource("nvidia.com/gpu", ResourceKind.GPU, "B200", capacity=8, allocatable=8, used=6),
     )
     assert d.resources[0].free == 2
     assert d.flag_codes() == ["no_cluster_policy"]
@@ -272,10 +278,11 @@ def test_mig_mixed_a100_node() -> None:
     assert d is not None
     assert (d.workload_mode, d.gpu_model, d.gpu_count, d.gpu_memory_mib) == (
         WorkloadMode.CONTAINER,
-        "A100-PCIE-40GB",
+        "A100 PCIe 40GB",
         None,
         40536,
     )
+    assert d.labels["nvidia.com/gpu.product"] == "A100-PCIE-40GB"  # the raw GFD product is kept
     assert d.flag_codes() == ["gpu_count_unknown", "container_no_devices"]
     # With the allocatable MIG mixed gives (one resource per profile, nvidia.com/gpu left at 0; DOMAIN.md §2):
     with_alloc = NodeInfo(
@@ -286,9 +293,9 @@ def test_mig_mixed_a100_node() -> None:
     m = derive_node(with_alloc, [], cluster_policy(), None, None)
     assert m is not None
     assert [(r.name, r.kind, r.model, r.framebuffer_gb, r.allocatable, r.stale) for r in m.resources] == [
-        ("nvidia.com/gpu", ResourceKind.GPU, "A100-PCIE-40GB", None, 0, True),
-        ("nvidia.com/mig-1g.5gb", ResourceKind.MIG, "A100-PCIE-40GB", Decimal(5), 4, False),
-        ("nvidia.com/mig-2g.10gb", ResourceKind.MIG, "A100-PCIE-40GB", Decimal(10), 2, False),
+        ("nvidia.com/gpu", ResourceKind.GPU, "A100 PCIe 40GB", None, 0, True),
+        ("nvidia.com/mig-1g.5gb", ResourceKind.MIG, "A100 PCIe 40GB", Decimal(5), 4, False),
+        ("nvidia.com/mig-2g.10gb", ResourceKind.MIG, "A100 PCIe 40GB", Decimal(10), 2, False),
     ]
     assert m.flag_codes() == ["stale_resource", "gpu_count_unknown"]
 
@@ -389,3 +396,78 @@ def test_unhealthy_and_unparsed() -> None:
         "params": {"resource": "nvidia.com/gpu", "capacity": 8, "allocatable": 7},
     }
     assert "unparsed_quantity" in d.flag_codes()
+
+
+def _paused_t4(state: str = "success") -> NodeInfo:
+    """The T4 vGPU node while the vGPU Device Manager has paused its operands (DOMAIN.md §3 step 3):
+    no vGPU resource left, no vGPU config known to the portal."""
+    base = t4_custom_node()
+    labels = {
+        **base.labels,
+        "nvidia.com/gpu.deploy.sandbox-device-plugin": "paused-for-vgpu-change",
+        "nvidia.com/gpu.deploy.sandbox-validator": "paused-for-vgpu-change",
+        "nvidia.com/vgpu.config.state": state,
+    }
+    return NodeInfo(name=base.name, labels=labels)
+
+
+@pytest.mark.parametrize("state", ["pending", "success"])
+def test_reconfiguring_vgpu_node_gets_no_identity_unknown_flags(state: str) -> None:
+    d = derive_node(_paused_t4(state), [], cluster_policy(), None, None)
+    assert d is not None
+    assert (d.gpu_model, d.gpu_count, d.gpu_memory_mib, d.transitioning) == ("", None, None, True)
+    codes = d.flag_codes()
+    assert "gpu_count_unknown" not in codes and "gpu_model_unknown" not in codes
+    assert codes[0] == "transitioning"
+    assert d.flags[0]["params"]["cause"] == "vgpu_paused"
+    assert ("vgpu_config_pending" in codes) is (state == "pending")
+
+
+def test_vgpu_node_without_devices_and_not_reconfiguring_still_asks_for_annotations() -> None:
+    base = t4_custom_node()
+    d = derive_node(NodeInfo(name=base.name, labels=base.labels), [], cluster_policy(), None, None)
+    assert d is not None
+    assert {"gpu_model_unknown", "gpu_count_unknown"} <= set(d.flag_codes())
+
+
+@pytest.mark.django_db
+def test_sync_keeps_the_stored_identity_while_reconfiguring() -> None:
+    from gpuinventory.sync import _keep_identity
+    from tests.factories import stored_node
+
+    stored = stored_node(
+        t4_custom_node().name,
+        "vm-vgpu",
+        gpu_model="Tesla T4",
+        gpu_count=2,
+        gpu_memory_mib=15360,
+        model_source="vgpu_type",
+    )
+    paused = derive_node(_paused_t4("pending"), [], cluster_policy(), None, None)
+    assert paused is not None
+    values = _keep_identity(paused, stored)
+    assert (values["gpu_model"], values["gpu_count"], values["gpu_memory_mib"], values["model_source"]) == (
+        "Tesla T4",
+        2,
+        15360,
+        "vgpu_type",
+    )
+    assert values["vgpu_config_state"] == "pending"  # everything else is the new derivation
+    # A model guessed from the config being applied (a shared config lists every family) is replaced too.
+    from dataclasses import replace
+
+    guessed = replace(
+        paused, gpu_model="V100X + Tesla T4 + A10", model_source="vgpu_config", gpu_memory_mib=1
+    )
+    values = _keep_identity(guessed, stored)
+    assert (values["gpu_model"], values["gpu_memory_mib"], values["model_source"]) == (
+        "Tesla T4",
+        15360,
+        "vgpu_type",
+    )
+    # Not reconfiguring: an unknown count is stored as unknown.
+    base = t4_custom_node()
+    plain = derive_node(NodeInfo(name=base.name, labels=base.labels), [], cluster_policy(), None, None)
+    assert plain is not None
+    assert _keep_identity(plain, stored)["gpu_count"] is None
+    assert _keep_identity(paused, None)["gpu_count"] is None  # a new node has nothing to keep

@@ -428,3 +428,218 @@ def test_dashboard_in_chinese(fleet: list[GpuNode]) -> None:
     assert stat(html, "vm-vgpu-free") == 3
     node = client.get("/inventory/nodes/gpu-p-000/", headers={"Accept-Language": "zh-CN"}).content.decode()
     assert "诊断" in node and "谁在使用 GPU" in node
+
+
+# --- user-test fixes: labels, vGPU config, wording, stale rows, plain words, 403, narrow screens --
+
+
+@pytest.fixture
+def analyst() -> Client:
+    return client_for("analyst")
+
+
+def node_html(client: Client, name: str, language: str = "en") -> str:
+    return client.get(f"/inventory/nodes/{name}/", headers={"Accept-Language": language}).content.decode()
+
+
+def label_table(html: str, css_class: str) -> str:
+    match = re.search(rf'<table class="table compact {css_class}"><tbody>(.*?)</tbody></table>', html, re.S)
+    assert match, f"no label table {css_class}"
+    return match.group(1)
+
+
+def test_labels_are_grouped_by_the_component_that_writes_them(fleet: list[GpuNode], analyst: Client) -> None:
+    node = GpuNode.objects.get(name="gpu-v-000")
+    node.labels = {
+        **node.labels,
+        "nvidia.com/gpu.deploy.vgpu-device-manager": "true",
+        "nvidia.com/gpu-driver-upgrade-state": "upgrade-done",
+        "nvidia.com/mig.config": "all-disabled",
+        "nvidia.com/mig.config.state": "success",
+        "nvidia.com/mig.capable": "false",
+        "nvidia.com/vgpu.config": "T4-8Q",
+        "nvidia.com/vgpu.config.state": "success",
+        "nvidia.com/vgpu.present": "false",
+        "nvidia.com/vgpu.host-driver-version": "550.90.05",
+        "nvidia.com/gpu.product": "Tesla-T4",
+    }
+    node.save()
+    html = node_html(analyst, "gpu-v-000")
+    operator = label_table(html, "labels-operator")
+    assert "<code>nvidia.com/gpu.present</code>" in operator
+    assert "<code>nvidia.com/gpu-driver-upgrade-state</code>" in operator
+    assert "<code>vgpu-device-manager</code>" in label_table(html, "labels-deploy")
+    mig = label_table(html, "labels-mig")
+    assert "<code>nvidia.com/mig.config</code>" in mig and "<code>nvidia.com/mig.config.state</code>" in mig
+    assert "mig.capable" not in mig
+    vgpu = label_table(html, "labels-vgpu")
+    assert "<tr><td><code>nvidia.com/vgpu.config</code></td><td><code>T4-8Q</code></td></tr>" in vgpu
+    assert "<code>nvidia.com/vgpu.config.state</code>" in vgpu
+    assert "vgpu.present" not in vgpu and "host-driver" not in vgpu
+    gfd = label_table(html, "labels-gfd")
+    for key in ("gpu.product", "mig.capable", "vgpu.present", "vgpu.host-driver-version"):
+        assert f"<code>nvidia.com/{key}</code>" in gfd
+    for key in ("gpu.present", "mig.config", "vgpu.config"):
+        assert f"<code>nvidia.com/{key}</code>" not in gfd
+    assert "<h3>GPU Operator</h3>" in html and "<h3>MIG manager</h3>" in html
+    assert "<h3>vGPU Device Manager</h3>" in html
+
+
+def test_vgpu_node_without_config_label_shows_the_cluster_policy_default(
+    fleet: list[GpuNode], analyst: Client
+) -> None:
+    GpuNode.objects.filter(name="gpu-v-000").update(vgpu_config="", vgpu_config_state="success")
+    html = node_html(analyst, "gpu-v-000")
+    assert (
+        '<dd class="vgpu-config"><span class="hint">not set: the vGPU Device Manager applies the ClusterPolicy '
+        "default (<code>vgpuDeviceManager.config.default</code>, normally <code>default</code>)</span>"
+    ) in html
+    assert '<span class="badge ok">success</span>' in html
+    assert "none: the ClusterPolicy default config applies" in html
+    table = analyst.get("/inventory/nodes/?mode=vm-vgpu").content.decode()
+    assert '<span class="hint">ClusterPolicy default</span> <span class="badge ok">success</span>' in table
+    chinese = node_html(analyst, "gpu-v-000", "zh-CN")
+    assert "未设置：vGPU Device Manager 使用 ClusterPolicy 的默认配置" in chinese
+
+
+def test_left_over_vgpu_state_on_a_non_vgpu_node_is_ignored(fleet: list[GpuNode], analyst: Client) -> None:
+    node = GpuNode.objects.get(name="gpu-p-000")
+    node.vgpu_config_state = "success"
+    node.labels = {**node.labels, "nvidia.com/vgpu.config.state": "success"}
+    node.save()
+    html = node_html(analyst, "gpu-p-000")
+    assert (
+        '<dd class="vgpu-config">—'
+        ' <span class="hint left-over">(left-over vGPU labels, ignored: this node is not in vm-vgpu mode)</span></dd>'
+    ) in html
+    assert '<span class="badge ok">success</span>' not in html
+    assert (
+        '<tr class="stale"><td><code>nvidia.com/vgpu.config.state</code></td><td><code>success</code></td></tr>'
+    ) in label_table(html, "labels-vgpu")
+    assert "Left over: this node is not in vm-vgpu mode" in html
+    table = analyst.get("/inventory/nodes/?mode=vm-passthrough").content.decode()
+    assert '<span class="badge ok">success</span>' not in table
+
+
+def test_vgpu_configs_page_wording_and_per_index_entries(fleet: list[GpuNode], analyst: Client) -> None:
+    stored_vgpu_config(
+        "T4-custom",
+        [
+            {"device_filter": ["0x1EB810DE"], "devices": [0], "vgpu_devices": {"T4-16C": 1}},
+            {"device_filter": None, "devices": [1, 2], "vgpu_devices": {"T4-8Q": 2, "T4-4Q": 1}},
+        ],
+    )
+    client = analyst
+    html = client.get("/inventory/vgpu-configs/").content.decode()
+    assert "delete every vGPU on the node's GPUs" not in html
+    assert "reconfigure only the GPUs that config matches" in html
+    assert "GPUs the config does not match keep their vGPUs." in html
+    assert (
+        '<div class="entry">GPU 0: T4-16C × 1 <span class="hint">only PCI devices 0x1EB810DE</span></div>'
+        in html
+    )
+    assert '<div class="entry">GPUs 1, 2: T4-8Q × 2, T4-4Q × 1 <span class="hint"></span></div>' in html
+    assert '<div class="entry">all GPUs: T4-8Q × 2 <span class="hint"></span></div>' in html
+    chinese = client.get("/inventory/vgpu-configs/", headers={"Accept-Language": "zh-CN"}).content.decode()
+    assert "GPU 0：T4-16C × 1" in chinese and "所有 GPU：T4-8Q × 2" in chinese
+
+
+def test_stale_resource_shows_a_dash_in_the_permitted_column(fleet: list[GpuNode], analyst: Client) -> None:
+    GpuNode.objects.get(name="gpu-p-000").resources.update(permitted=False)
+    html = node_html(analyst, "gpu-p-000")
+    stale_row = re.search(r'<tr class="stale">(.*?)</tr>', html, re.S)
+    assert stale_row and "nvidia.com/2571" in stale_row.group(1)
+    assert stale_row.group(1).rstrip().endswith("<td>—</td>")
+    assert '<span class="badge flag-error">no</span>' in html  # the live resource still says "no"
+
+
+@pytest.mark.parametrize(
+    ("source", "text", "chinese"),
+    [
+        ("passthrough_name", "(from the passthrough resource name)", "来自直通资源名称"),
+        ("vgpu_type", "(from the advertised vGPU types)", "来自节点公布的 vGPU 类型"),
+        ("gfd", "(from GPU Feature Discovery labels)", "来自 GPU Feature Discovery 标签"),
+        ("vgpu_config", "(from the vGPU config)", "来自 vGPU 配置"),
+    ],
+)
+def test_model_source_in_plain_words(
+    fleet: list[GpuNode], source: str, text: str, chinese: str, analyst: Client
+) -> None:
+    GpuNode.objects.filter(name="gpu-p-000").update(model_source=source)
+    html = node_html(analyst, "gpu-p-000")
+    assert f'<span class="hint">{text}</span>' in html
+    assert f"from {source})" not in html
+    assert chinese in node_html(analyst, "gpu-p-000", "zh-CN")
+
+
+def test_severity_badges_are_translated(fleet: list[GpuNode], analyst: Client) -> None:
+    html = node_html(analyst, "gpu-p-000")
+    match = re.search(
+        r'<span class="badge flag-(\w+)">(\w+)</span> <strong>Stale resource entry</strong>', html
+    )
+    assert match and match.group(1) == match.group(2)
+    labels = {"error": "错误", "warning": "警告", "info": "提示"}
+    chinese = node_html(analyst, "gpu-p-000", "zh-CN")
+    assert f'<span class="badge flag-{match.group(1)}">{labels[match.group(1)]}</span>' in chinese
+
+
+def test_filter_errors_name_the_field_label(fleet: list[GpuNode], analyst: Client) -> None:
+    html = analyst.get("/inventory/nodes/?mode=bogus").content.decode()
+    assert (
+        "Some filters are not valid: Mode: Select a valid choice. bogus is not one of the available choices."
+    ) in html
+    assert "mode: Select" not in html
+
+
+def test_sync_now_refusal_says_why(
+    fleet: list[GpuNode], caplog: pytest.LogCaptureFixture, analyst: Client
+) -> None:
+    response = analyst.post("/inventory/sync/")
+    assert response.status_code == 403
+    html = response.content.decode()
+    assert '<p class="reason">Only administrators can start a sync.</p>' in html
+    assert not any(record.exc_info for record in caplog.records)
+    chinese = client_for("approver").post("/inventory/sync/", headers={"Accept-Language": "zh-CN"})
+    assert '<p class="reason">只有管理员可以发起同步。</p>' in chinese.content.decode()
+
+
+def test_sync_now_get_is_405_with_a_short_text(fleet: list[GpuNode]) -> None:
+    response = client_for("admin").get("/inventory/sync/")
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"
+    assert response.content.decode() == "Use the Sync now button.\n"
+
+
+def test_generic_403_page_keeps_its_text() -> None:
+    from django.template.loader import render_to_string
+
+    html = render_to_string("403.html", {"exception": ""})
+    assert "Your account does not have the role this page needs." in html
+
+
+def test_commands_wrap_and_grids_fit_a_narrow_screen() -> None:
+    from pathlib import Path
+
+    from django.conf import settings
+
+    css = (Path(settings.BASE_DIR) / "static" / "css" / "portal.css").read_text()
+    commands = re.search(r"\.commands \{([^}]*)\}", css)
+    assert (
+        commands
+        and "white-space: pre-wrap" in commands.group(1)
+        and "word-break: break-all" in commands.group(1)
+    )
+    # No fixed grid minimum wider than a 420 px screen.
+    assert not re.search(r"minmax\(\d", css)
+
+
+def test_dashboard_shows_free_devices_that_cannot_be_requested(fleet: list[GpuNode], analyst: Client) -> None:
+    cordoned = stored_node("gpu-v-cordoned", "vm-vgpu", gpu_model="Tesla T4", gpu_count=1, unschedulable=True)
+    stored_resource(cordoned, "nvidia.com/GRID_T4-8Q", 2, model="T4", vgpu_type="T4-8Q")
+    html = analyst.get("/inventory/").content.decode()
+    assert (
+        '<p class="hint unusable" data-stat="vm-vgpu-free-unusable">Not counted as free: 2 more free devices '
+        "that cannot be requested now (node cordoned: 2)</p>"
+    ) in html
+    chinese = analyst.get("/inventory/", headers={"Accept-Language": "zh-CN"}).content.decode()
+    assert "不计入空闲：另有 2 个空闲设备当前无法申请（节点已封锁：2）" in chinese
