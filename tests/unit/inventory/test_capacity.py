@@ -217,7 +217,7 @@ def test_node_table_free_column_is_requestable(fleet: None) -> None:
     from gpuinventory.tables import annotate_node_counts
 
     rows = annotate_node_counts(GpuNode.objects.filter(present=True)).order_by("name")
-    got = {n.name: (n.devices_total, n.devices_used, n.devices_free) for n in rows}
+    got = {n.name: (n.devices_total, n.devices_used, n.devices_free) for n in rows}  # type: ignore[attr-defined]
     assert got == {
         "c1": (8, 6, 2), "c2": (4, 0, 0), "p1": (4, 1, 3), "v1": (17, 0, 16), "v2": (16, 2, 14),
         "v3": (16, 0, 0), "v4": (4, 0, 0), "v5": (0, 0, 0), "v6": (16, 0, 16),
