@@ -245,7 +245,7 @@ class VgpuConfigTable(InventoryTable):
             if isinstance(device_filter, str):
                 device_filter = [device_filter]
             vgpus = ", ".join(
-                f"{vtype} × {count}" for vtype, count in (entry.get("vgpu_devices") or {}).items()
+                f"{vtype} × {count}" for vtype, count in sorted((entry.get("vgpu_devices") or {}).items())
             )
             text = gettext("%(gpus)s: %(vgpus)s") % {"gpus": devices_text, "vgpus": vgpus or "—"}
             filter_text = (

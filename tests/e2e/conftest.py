@@ -7,6 +7,7 @@ which this network cannot reach. Screenshots go to ``test-artifacts/screenshots/
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -37,6 +38,19 @@ def chromium_path() -> str:
         if candidate and Path(candidate).exists():
             return candidate
     raise pytest.UsageError("Chromium not found: apt-get install chromium (or set PORTAL_CHROMIUM)")
+
+
+@pytest.fixture(autouse=True)
+def roles(transactional_db: None) -> None:
+    """Re-create the groups and permission of migration ``vmrequests.0001_roles``.
+
+    Live-server tests run in transactional mode, which empties every table after each test,
+    data-migration rows included; the next test would find no ``analysts`` group.
+    """
+    from django.apps import apps
+
+    migration = importlib.import_module("vmrequests.migrations.0001_roles")
+    migration.create_roles(apps, None)
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from playwright.sync_api import Browser
 
 from tests.factories import stored_fleet, stored_sync_run
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.mark.parametrize("path", ["/inventory/", "/inventory/nodes/gpu-p-000/", "/inventory/vgpu-configs/"])

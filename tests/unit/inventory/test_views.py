@@ -538,7 +538,7 @@ def test_vgpu_configs_page_wording_and_per_index_entries(fleet: list[GpuNode], a
         '<div class="entry">GPU 0: T4-16C × 1 <span class="hint">only PCI devices 0x1EB810DE</span></div>'
         in html
     )
-    assert '<div class="entry">GPUs 1, 2: T4-8Q × 2, T4-4Q × 1 <span class="hint"></span></div>' in html
+    assert '<div class="entry">GPUs 1, 2: T4-4Q × 1, T4-8Q × 2 <span class="hint"></span></div>' in html
     assert '<div class="entry">all GPUs: T4-8Q × 2 <span class="hint"></span></div>' in html
     chinese = client.get("/inventory/vgpu-configs/", headers={"Accept-Language": "zh-CN"}).content.decode()
     assert "GPU 0：T4-16C × 1" in chinese and "所有 GPU：T4-8Q × 2" in chinese
