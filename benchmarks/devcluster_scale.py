@@ -26,18 +26,16 @@ Everything started is stopped in ``finally`` (simulator, apiserver, etcd, tempor
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import functools
 import json
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from types import FrameType
@@ -46,6 +44,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
+from benchmarks.budget import BudgetExceeded, watchdog
 from devcluster.build import ensure_binaries
 from devcluster.scalegen import expected_placement, generate
 from devcluster.server import DevCluster, default_shared_dir, temp_state_dir
@@ -64,10 +63,6 @@ from devcluster.spec import apply_spec, load_spec
 UNDECIDED = "undecided"
 """Category of a VMI the simulator has not decided on yet (no phase, Pending, Scheduling without an
 Unschedulable condition, Scheduled)."""
-
-
-class BudgetExceeded(Exception):
-    """The ``--budget`` watchdog fired."""
 
 
 @dataclasses.dataclass
@@ -303,22 +298,6 @@ def check_pod(vmi: Obj, pod: Obj, nodes: list[Obj], used: dict[str, dict[str, De
         fitting,
         str(cond.get("message") or ""),
     )
-
-
-@contextlib.contextmanager
-def watchdog(seconds: int) -> Iterator[None]:
-    """Raise :class:`BudgetExceeded` in the main thread after ``seconds`` (``SIGALRM``)."""
-
-    def fire(signum: int, frame: FrameType | None) -> None:
-        raise BudgetExceeded(f"benchmark budget of {seconds} s exceeded")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _fmt(value: float | None, unit: str = "s") -> str:

@@ -30,49 +30,27 @@ Everything started is stopped in ``finally``; a ``SIGALRM`` watchdog (``--budget
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import resource
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import yaml
 from kubernetes import client as k8s_client
 
+from benchmarks.budget import BudgetExceeded, watchdog
 from devcluster.build import ensure_binaries
 from devcluster.scalegen import generate
 from devcluster.server import DevCluster, default_shared_dir, temp_state_dir
 from devcluster.simulator import Delays, Simulator
 from devcluster.spec import apply_spec, load_spec
-
-
-class BudgetExceeded(Exception):
-    """The ``--budget`` watchdog fired."""
-
-
-@contextlib.contextmanager
-def watchdog(seconds: int) -> Iterator[None]:
-    """Raise :class:`BudgetExceeded` in the main thread after ``seconds``."""
-
-    def fire(signum: int, frame: FrameType | None) -> None:
-        raise BudgetExceeded(f"the benchmark ran longer than --budget {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def setup_django(var_dir: Path, kubeconfig: Path) -> None:
