@@ -502,54 +502,67 @@ def apply(derived: Derived, now: datetime, last_success: datetime | None) -> App
     return result
 
 
-def _apply_vgpu_configs(writer: _Writer, derived: Derived) -> None:
-    if derived.vgpu_configs is None:  # the file does not parse: keep what was stored
-        return
-    stored = {c.name: c for c in VgpuConfig.objects.all()}
-    create, update = [], []
-    for name, entries in derived.vgpu_configs.items():
-        values = {
-            "config_map": derived.config_map,
-            "entries": [e.as_json() for e in entries],
-            "present": True,
-        }
-        obj = stored.get(name[:63])
-        if obj is None:
-            create.append(VgpuConfig(name=name[:63], **values))
-        elif _differs(obj, values, tuple(values)):
-            _assign(obj, values, tuple(values))
-            update.append(obj)
-    for name, obj in stored.items():
-        if name not in derived.vgpu_configs and obj.present:
-            obj.present = False
-            update.append(obj)
-    now = timezone.now()
-    for obj in update:
-        obj.updated = now
-    writer.create(VgpuConfig, create)
-    writer.update(VgpuConfig, update, ("config_map", "entries", "present", "updated"))
+def _upsert_present(
+    writer: _Writer,
+    model: type[models.Model],
+    stored: dict[Any, Any],
+    wanted: dict[Any, dict[str, Any]],
+    build: Callable[[Any, dict[str, Any]], models.Model],
+    fields: tuple[str, ...],
+) -> None:
+    """Create missing rows, update changed ones and mark vanished ones ``present=False``.
 
-
-def _apply_permitted(writer: _Writer, derived: Derived) -> None:
-    stored = {(p.kind, p.resource_name, p.selector): p for p in PermittedDevice.objects.all()}
+    Args:
+        stored: existing rows by key; wanted: the derived field values by the same key (without
+            ``present``); build: makes a new row from a key and its values; fields: the columns
+            ``wanted`` sets (``present`` and ``updated`` are added). Rows are never deleted.
+    """
     create, update = [], []
-    for key, fields in derived.permitted.items():
-        values = {**fields, "present": True}
+    for key, fields_now in wanted.items():
+        values = {**fields_now, "present": True}
         obj = stored.get(key)
         if obj is None:
-            create.append(PermittedDevice(kind=key[0], resource_name=key[1], selector=key[2], **values))
+            create.append(build(key, values))
         elif _differs(obj, values, tuple(values)):
             _assign(obj, values, tuple(values))
             update.append(obj)
     for key, obj in stored.items():
-        if key not in derived.permitted and obj.present:
+        if key not in wanted and obj.present:
             obj.present = False
             update.append(obj)
     now = timezone.now()
     for obj in update:
         obj.updated = now
-    writer.create(PermittedDevice, create)
-    writer.update(PermittedDevice, update, ("external_resource_provider", "source", "present", "updated"))
+    writer.create(model, create)
+    writer.update(model, update, (*fields, "present", "updated"))
+
+
+def _apply_vgpu_configs(writer: _Writer, derived: Derived) -> None:
+    if derived.vgpu_configs is None:  # the file does not parse: keep what was stored
+        return
+    wanted = {
+        name[:63]: {"config_map": derived.config_map, "entries": [e.as_json() for e in entries]}
+        for name, entries in derived.vgpu_configs.items()
+    }
+    _upsert_present(
+        writer,
+        VgpuConfig,
+        {c.name: c for c in VgpuConfig.objects.all()},
+        wanted,
+        lambda name, values: VgpuConfig(name=name, **values),
+        ("config_map", "entries"),
+    )
+
+
+def _apply_permitted(writer: _Writer, derived: Derived) -> None:
+    _upsert_present(
+        writer,
+        PermittedDevice,
+        {(p.kind, p.resource_name, p.selector): p for p in PermittedDevice.objects.all()},
+        dict(derived.permitted),
+        lambda key, values: PermittedDevice(kind=key[0], resource_name=key[1], selector=key[2], **values),
+        ("external_resource_provider", "source"),
+    )
 
 
 # --- the run -----------------------------------------------------------------------------------
