@@ -16,8 +16,11 @@ approvals (docs/inventory.md §4). Rules (DOMAIN.md §2 "Allocatable is not free
   ``max(0, allocatable − used)`` of the device plugin (the device truth shown per resource row);
   "requestable" is what can be asked for now.
 - Re-profiling a vGPU node deletes every vGPU on its GPUs, so a node is a candidate only when no
-  consumer (non-terminal pod) holds any vGPU resource of it, and its config state is neither
-  ``pending`` (busy) nor ``failed`` (needs an admin).
+  consumer (non-terminal pod) holds any vGPU resource of it, no active reservation holds it, and
+  its config state is neither ``pending`` (busy) nor ``failed`` (needs an admin).
+- Devices reserved by approved requests (``gpuinventory.models.Reservation``) count as used until
+  their VMI's launcher pod is bound (then the sync counts the pod in ``used``): every function
+  here subtracts active reservations, so two approvals can never promise the same device.
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from gpuinventory.choices import ResourceKind, WorkloadMode
-from gpuinventory.models import GpuConsumer, GpuNode, GpuResource, VgpuConfig
+from gpuinventory.models import GpuConsumer, GpuNode, GpuResource, Reservation, VgpuConfig
 from gpuinventory.naming import KIND_MODE, PCI_MODELS, classify_resource, parse_vgpu_type, pci_ids_for_family
 from gpuinventory.vgpuconfig import ConfigEntry, configs_for_model, instances_offered
 
@@ -49,8 +52,9 @@ class ResourceFree:
         vgpu_type: bare vGPU type (``"T4-8Q"``) or ``""``.
         allocatable: Σ allocatable on present nodes (devices).
         used: Σ used on present nodes.
-        free: Σ max(0, allocatable − used) on usable nodes (see module docstring).
+        free: Σ max(0, allocatable − used − reserved) on usable nodes (see module docstring).
         nodes: usable nodes with at least one free device.
+        reserved: devices held by active reservations (approved, launcher pod not bound yet).
     """
 
     mode: str
@@ -62,17 +66,20 @@ class ResourceFree:
     used: int
     free: int
     nodes: int
+    reserved: int = 0
 
 
 @dataclass(frozen=True)
 class NodeFree:
-    """One usable node offering a resource: ``free`` devices of ``resource_name`` now."""
+    """One usable node offering a resource: ``free`` devices of ``resource_name`` now (active
+    reservations already subtracted; ``reserved`` says how many)."""
 
     node: str
     mode: str
     resource_name: str
     free: int
     allocatable: int
+    reserved: int = 0
 
 
 @dataclass(frozen=True)
@@ -192,8 +199,36 @@ def _present_resources(mode: WorkloadMode | str | None) -> QuerySet[GpuResource]
     return qs
 
 
-def _free_of(r: GpuResource) -> int:
-    return requestable_free(r, r.node)
+def active_reservations() -> QuerySet[Reservation]:
+    """Reservations whose VMI has no bound launcher pod yet (no ``GpuConsumer`` carries its name)."""
+    bound = GpuConsumer.objects.filter(pod_namespace=OuterRef("vmi_namespace"), vmi_name=OuterRef("vmi_name"))
+    return Reservation.objects.filter(~Exists(bound))
+
+
+Reserved = dict[tuple[int, str], int]
+
+
+def reserved_devices(node_ids: Iterable[int] | None = None) -> Reserved:
+    """Active reservations summed per ``(node id, Reservation.key)`` (one query)."""
+    qs = active_reservations()
+    if node_ids is not None:
+        qs = qs.filter(node_id__in=list(node_ids))
+    out: Reserved = defaultdict(int)
+    for node_id, name, vtype, count in qs.values_list("node_id", "resource_name", "vgpu_type", "count"):
+        out[(node_id, name or f"vgpu:{vtype}")] += count
+    return out
+
+
+def reserved_of(r: GpuResource, reserved: Reserved) -> int:
+    """Devices of ``r`` held by active reservations (by name, or by vGPU type before re-profiling)."""
+    n = reserved.get((r.node_id, r.name), 0)
+    if r.vgpu_type:
+        n += reserved.get((r.node_id, f"vgpu:{r.vgpu_type}"), 0)
+    return n
+
+
+def _free_of(r: GpuResource, reserved: Reserved) -> int:
+    return max(0, requestable_free(r, r.node) - reserved_of(r, reserved))
 
 
 def free_by_resource(mode: WorkloadMode | str | None = None) -> list[ResourceFree]:
@@ -206,12 +241,13 @@ def free_by_resource(mode: WorkloadMode | str | None = None) -> list[ResourceFre
         Sorted by mode then resource name. Resources with nothing allocatable anywhere are left out.
     """
     groups: dict[tuple[str, str], list[GpuResource]] = defaultdict(list)
+    reserved = reserved_devices()
     for r in _counted(_present_resources(mode)):
         groups[(r.node.workload_mode, r.name)].append(r)
     out = []
     for (node_mode, name), rows in sorted(groups.items()):
         models = {r.model for r in rows}
-        frees = [_free_of(r) for r in rows]
+        frees = [_free_of(r, reserved) for r in rows]
         out.append(
             ResourceFree(
                 mode=node_mode,
@@ -223,6 +259,7 @@ def free_by_resource(mode: WorkloadMode | str | None = None) -> list[ResourceFre
                 used=sum(r.used for r in rows),
                 free=sum(frees),
                 nodes=sum(1 for f in frees if f > 0),
+                reserved=sum(reserved_of(r, reserved) for r in rows),
             )
         )
     return out
@@ -239,21 +276,27 @@ def free_on_node(node_name: str) -> dict[str, int]:
     Returns:
         ``{resource name: free}``; ``{}`` for an absent or unknown node.
     """
-    rows = _counted(_present_resources(None).filter(node__name=node_name))
-    return {r.name: _free_of(r) for r in rows}
+    rows = list(_counted(_present_resources(None).filter(node__name=node_name)))
+    reserved = reserved_devices({r.node_id for r in rows})
+    return {r.name: _free_of(r, reserved) for r in rows}
 
 
 def nodes_offering(resource_name: str, count: int = 1) -> list[NodeFree]:
     """Usable nodes with at least ``count`` free devices of ``resource_name`` now (one query).
 
+    Args:
+        resource_name: exact resource name, e.g. ``"nvidia.com/GA100_A100_PCIE_40GB"``.
+        count: devices one VMI needs; they must all come from one node.
+
     Returns:
         Most free first, then by node name.
     """
-    rows = _counted(_present_resources(None).filter(name=resource_name))
+    rows = list(_counted(_present_resources(None).filter(name=resource_name)))
+    reserved = reserved_devices({r.node_id for r in rows})
     out = [
-        NodeFree(r.node.name, r.node.workload_mode, r.name, free, r.allocatable)
+        NodeFree(r.node.name, r.node.workload_mode, r.name, free, r.allocatable, reserved_of(r, reserved))
         for r in rows
-        if (free := _free_of(r)) >= count
+        if (free := _free_of(r, reserved)) >= count
     ]
     return sorted(out, key=lambda n: (-n.free, n.node))
 
@@ -303,43 +346,29 @@ def _choose(offers: Mapping[str, Mapping[str, int]], vgpu_type: str) -> tuple[st
     return (best[1], best[2]) if best else None
 
 
-def reprofile_candidates(vgpu_type: str) -> list[ReprofileCandidate]:
-    """vm-vgpu nodes that could offer ``vgpu_type`` after re-profiling (three queries).
-
-    A node qualifies when it is present, ready (or unknown), not cordoned, not transitioning, its
-    vGPU config state is neither ``pending`` nor ``failed``, its GPU supports the type's family,
-    it does not already advertise the type, no consumer holds any vGPU resource of it, and a
-    stored vGPU config (present) gives it instances of the type (``configs_for_model`` +
-    ``instances_offered`` over ``gpu_count`` GPUs of the same PCI ID).
-
-    Args:
-        vgpu_type: bare type, e.g. ``"T4-8Q"`` or ``"A100-20C"``.
-
-    Returns:
-        Candidates sorted by instances (most first), then node name. ``[]`` for an unparsable type.
-    """
-    parsed = parse_vgpu_type(vgpu_type)
-    if parsed is None:
-        return []
+def _idle_vgpu_nodes() -> tuple[list[GpuNode], dict[int, set[str]], dict[int, set[str]]]:
+    """Re-profile-able vm-vgpu nodes, the vGPU families their resources show, and the types they
+    already advertise (three queries). Busy nodes (a consumer holds a vGPU, or an active
+    reservation holds the node) are left out."""
     nodes = list(
         GpuNode.objects.filter(_usable_q(), workload_mode=WorkloadMode.VM_VGPU)
         .exclude(vgpu_config_state__in=BUSY_VGPU_STATES)
         .filter(gpu_count__gt=0)
         .order_by("name")
     )
-    if not nodes:
-        return []
-    ids = [n.pk for n in nodes]
     families: dict[int, set[str]] = defaultdict(set)
-    advertising: set[int] = set()
+    advertising: dict[int, set[str]] = defaultdict(set)
+    if not nodes:
+        return [], families, advertising
+    ids = [n.pk for n in nodes]
     for node_id, rtype, stale, alloc in GpuResource.objects.filter(
         node_id__in=ids, kind=ResourceKind.VGPU
     ).values_list("node_id", "vgpu_type", "stale", "allocatable"):
         p = parse_vgpu_type(rtype) if rtype else None
         if p is not None:
             families[node_id].add(p.gpu)
-        if rtype == vgpu_type and not stale and alloc > 0:
-            advertising.add(node_id)
+        if rtype and not stale and alloc > 0:
+            advertising[node_id].add(rtype)
     busy = {
         node_id
         for node_id, rname in GpuConsumer.objects.filter(node_id__in=ids).values_list(
@@ -347,31 +376,130 @@ def reprofile_candidates(vgpu_type: str) -> list[ReprofileCandidate]:
         )
         if (info := classify_resource(rname)) is not None and info.kind == ResourceKind.VGPU
     }
+    busy |= set(active_reservations().filter(node_id__in=ids).values_list("node_id", flat=True))
+    return [n for n in nodes if n.pk not in busy], families, advertising
+
+
+def reprofile_offers(vgpu_types: Iterable[str] | None = None) -> dict[str, list[ReprofileCandidate]]:
+    """Every vGPU type that idle vm-vgpu nodes could offer after re-profiling (five queries).
+
+    A node qualifies when it is present, ready (or unknown), not cordoned, not transitioning, its
+    vGPU config state is neither ``pending`` nor ``failed``, no consumer holds any vGPU resource of
+    it, no active reservation holds it (a promised re-profile or promised devices), and a stored
+    vGPU config (present) gives it instances of the type (``configs_for_model`` +
+    ``instances_offered`` over ``gpu_count`` GPUs of the same PCI ID). A type the node already
+    advertises is not offered for it (it is requestable now, without re-profiling). The node's
+    vGPU families come from its GPU model (``PCI_MODELS``) and from its resources, even stale ones.
+
+    Args:
+        vgpu_types: only these bare types (e.g. ``{"T4-8Q"}``); None = all.
+
+    Returns:
+        ``{type: candidates}``, candidates sorted by instances (most first), then node name.
+    """
+    wanted = set(vgpu_types) if vgpu_types is not None else None
+    nodes, families, advertising = _idle_vgpu_nodes()
+    if not nodes:
+        return {}
     configs = {c.name: entries_from_json(c.entries) for c in VgpuConfig.objects.filter(present=True)}
-    out = []
+    out: dict[str, list[ReprofileCandidate]] = defaultdict(list)
     for node in nodes:
-        if node.pk in busy or node.pk in advertising:
+        if node.gpu_count is None:
             continue
-        pci_id = _node_pci_id(node, families[node.pk], parsed.gpu)
-        if pci_id is None or node.gpu_count is None:
-            continue
-        gpus = [pci_id] * node.gpu_count
-        names = configs_for_model(configs, pci_id, parsed.gpu)
-        offers = {name: instances_offered(configs[name], gpus) for name in names}
-        chosen = _choose(offers, vgpu_type)
-        if chosen is None:
-            continue
-        config, instances = chosen
-        out.append(
-            ReprofileCandidate(
-                node=node.name,
-                gpu_model=node.gpu_model,
-                gpu_count=node.gpu_count,
-                pci_device_id=pci_id,
-                current_config=node.vgpu_config,
-                config=config,
-                instances=instances,
-                offers=offers[config],
-            )
+        node_families = set(families[node.pk])
+        node_families.update(
+            f for m in PCI_MODELS.values() if m.model == node.gpu_model for f in m.vgpu_families
         )
-    return sorted(out, key=lambda c: (-c.instances, c.node))
+        for family in sorted(node_families):
+            pci_id = _node_pci_id(node, families[node.pk], family)
+            if pci_id is None:
+                continue
+            gpus = [pci_id] * node.gpu_count
+            offers = {
+                name: instances_offered(configs[name], gpus)
+                for name in configs_for_model(configs, pci_id, family)
+            }
+            types = {t for offer in offers.values() for t in offer}
+            for vgpu_type in sorted(types):
+                if (wanted is not None and vgpu_type not in wanted) or vgpu_type in advertising[node.pk]:
+                    continue
+                chosen = _choose(offers, vgpu_type)
+                if chosen is None:
+                    continue
+                config, instances = chosen
+                out[vgpu_type].append(
+                    ReprofileCandidate(
+                        node=node.name,
+                        gpu_model=node.gpu_model,
+                        gpu_count=node.gpu_count,
+                        pci_device_id=pci_id,
+                        current_config=node.vgpu_config,
+                        config=config,
+                        instances=instances,
+                        offers=offers[config],
+                    )
+                )
+    return {t: sorted(c, key=lambda c: (-c.instances, c.node)) for t, c in sorted(out.items())}
+
+
+def reprofile_candidates(vgpu_type: str) -> list[ReprofileCandidate]:
+    """vm-vgpu nodes that could offer ``vgpu_type`` after re-profiling (``reprofile_offers`` rules).
+
+    Args:
+        vgpu_type: bare type, e.g. ``"T4-8Q"`` or ``"A100-20C"``.
+
+    Returns:
+        Candidates sorted by instances (most first), then node name. ``[]`` for an unparsable type.
+    """
+    if parse_vgpu_type(vgpu_type) is None:
+        return []
+    return reprofile_offers({vgpu_type}).get(vgpu_type, [])
+
+
+class CapacitySnapshot:
+    """The capacity picture at one moment, loaded once and asked many times (three queries, plus
+    five for the first re-profile question).
+
+    The request form, the approval queue and approvals ask about many (resource, count) pairs;
+    answering them from one snapshot keeps their query count independent of the number of
+    requests and options, and gives every answer of one page the same view of the cluster. Same
+    rules as the functions above (``requestable``, active reservations subtracted).
+    """
+
+    def __init__(self) -> None:
+        self.resources: list[GpuResource] = list(_counted(_present_resources(None)))
+        self.reserved: Reserved = reserved_devices()
+        self._reprofile: dict[str, list[ReprofileCandidate]] | None = None
+
+    def free_of(self, r: GpuResource) -> int:
+        """Requestable free devices of one resource row, reservations subtracted."""
+        return _free_of(r, self.reserved)
+
+    def nodes_offering(self, resource_name: str, count: int = 1) -> list[NodeFree]:
+        """``nodes_offering`` on the snapshot: usable nodes with ``count`` free, most free first."""
+        out = [
+            NodeFree(
+                r.node.name, r.node.workload_mode, r.name, free, r.allocatable, reserved_of(r, self.reserved)
+            )
+            for r in self.resources
+            if r.name == resource_name and (free := self.free_of(r)) >= count
+        ]
+        return sorted(out, key=lambda n: (-n.free, n.node))
+
+    def max_free_on_one_node(self, resource_name: str) -> int:
+        """The most free devices of ``resource_name`` any single usable node has."""
+        return max((self.free_of(r) for r in self.resources if r.name == resource_name), default=0)
+
+    def resource_names_for_type(self, vgpu_type: str) -> list[str]:
+        """Advertised (non-stale) resource names whose bare vGPU type is ``vgpu_type``."""
+        return sorted({r.name for r in self.resources if r.vgpu_type == vgpu_type})
+
+    def reprofile_offers(self) -> dict[str, list[ReprofileCandidate]]:
+        """``reprofile_offers()`` for every type, computed on first use."""
+        if self._reprofile is None:
+            self._reprofile = reprofile_offers()
+        return self._reprofile
+
+    def reprofile_candidates(self, vgpu_type: str) -> list[ReprofileCandidate]:
+        """Idle nodes that could offer ``vgpu_type`` after re-profiling (most instances first)."""
+        return self.reprofile_offers().get(vgpu_type, [])

@@ -225,3 +225,53 @@ class SyncRun(models.Model):
             "counts": self.counts,
             "warnings": self.warnings,
         }
+
+
+class Reservation(models.Model):
+    """Devices promised to an approved request whose VMI's launcher pod is not bound yet.
+
+    Written by the approval service (``vmrequests/approval.py``) under row locks, deleted when
+    the request ends. The capacity service (``gpuinventory/capacity.py``) counts ``count``
+    devices of ``resource_name`` on ``node`` as used while the reservation is *active*: no
+    ``GpuConsumer`` (a bound, non-terminal pod) yet carries ``vmi_name`` in ``vmi_namespace``.
+    Once the launcher pod is bound, the sync records it as a consumer and the devices are counted
+    through ``GpuResource.used`` instead, so they are never counted twice.
+
+    ``resource_name`` is ``""`` for a vGPU type that no node advertises yet: the node is to be
+    re-profiled to ``reprofile_config`` (the ``nvidia.com/vgpu.config`` value) and the exact
+    resource name is read from allocatable afterwards (DOMAIN.md pitfall 4); ``vgpu_type`` then
+    identifies the devices. A node with any active reservation is never a re-profile candidate.
+    """
+
+    node = models.ForeignKey(GpuNode, on_delete=models.CASCADE, related_name="reservations")
+    resource_name = models.CharField(_("resource"), max_length=253, blank=True)
+    vgpu_type = models.CharField(_("vGPU type"), max_length=40, blank=True)
+    count = models.PositiveIntegerField(_("devices"))
+    reprofile_config = models.CharField(
+        _("vGPU config to set"), max_length=63, blank=True, help_text="blank: no re-profiling"
+    )
+    reprofile_from = models.CharField(
+        _("previous vGPU config"), max_length=63, blank=True, help_text="label value before re-profiling"
+    )
+    holder = models.CharField(max_length=100, unique=True, help_text='e.g. "vmrequest:42"')
+    vmi_namespace = models.CharField(max_length=63)
+    vmi_name = models.CharField(max_length=63)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["node__name", "created"]
+        verbose_name = _("reservation")
+        verbose_name_plural = _("reservations")
+
+    def __str__(self) -> str:
+        what = self.resource_name or self.vgpu_type
+        return f"{self.holder}: {what} x{self.count} on {self.node.name}"
+
+    def get_absolute_url(self) -> str:
+        return self.node.get_absolute_url()
+
+    @property
+    def key(self) -> str:
+        """What the reserved devices are: the resource name, else ``"vgpu:<type>"``."""
+        return self.resource_name or f"vgpu:{self.vgpu_type}"

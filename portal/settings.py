@@ -106,6 +106,11 @@ TEMPLATES = [
 DATABASES = {"default": env.database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'portal.sqlite3'}")}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("PORTAL_DB_CONN_MAX_AGE", 60, minimum=0)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # SQLite: take the write lock when a transaction begins, and wait for it (up to 20 s), so the
+    # web process and a Celery worker serialise their writes (approvals, provisioning) instead of
+    # failing with "database is locked" when a read transaction tries to upgrade.
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"transaction_mode": "IMMEDIATE", "timeout": 20})
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- auth -------------------------------------------------------------------------------

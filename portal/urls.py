@@ -18,6 +18,7 @@ api_v1_patterns = [
 urlpatterns = [
     path("", views.home, name="home"),
     path("inventory/", include("gpuinventory.urls")),
+    path("requests/", include("vmrequests.urls")),
     path("api/v1/", include((api_v1_patterns, "api"))),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -1,1 +1,679 @@
-"""VM request models arrive with the requests issue; roles are in :mod:`vmrequests.roles`."""
+"""Teams, quotas, the image catalog, VM requests and their timeline.
+
+Status changes happen only through ``VMRequest`` methods (``approve``, ``reject``, ...). Each one
+is a compare-and-swap under a row lock: it reads the current status, refuses with
+``TransitionError`` when the status is not one the action may start from (``choices.TRANSITIONS``),
+else updates the row and appends one ``VMRequestEvent`` in the same transaction. Two approvers,
+a double click or a redelivered Celery message can therefore never both win.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models, transaction
+from django.db.models import Q, QuerySet
+from django.dispatch import Signal
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from gpuinventory.models import Reservation
+from gpuinventory.naming import parse_vgpu_type
+from vmrequests.choices import (
+    LIVE_STATES,
+    OPEN_STATES,
+    STATUS_BADGE,
+    TERMINAL_STATES,
+    TRANSITIONS,
+    DeletionReason,
+    EventAction,
+    VMMode,
+    VMRequestStatus,
+)
+
+#: Sent after the transaction of a status change commits: ``sender=VMRequest``,
+#: ``request`` (the updated row), ``event`` (the ``VMRequestEvent``). Notifications and webhooks
+#: listen to it (``vmrequests/apps.py``).
+request_transitioned = Signal()
+
+#: RFC 1123 label, as Kubernetes validates namespace names (and VMI names we choose).
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+dns1123_label_validator = RegexValidator(
+    r"\A[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z",
+    _("Use lower-case letters, digits and '-', starting and ending with a letter or digit."),
+)
+
+#: Bounds of a request's size (the form and the API enforce them).
+MAX_CPU_CORES = 64
+MAX_MEMORY_GIB = 1024
+MAX_DEVICES = 8
+
+
+class TransitionError(Exception):
+    """A status change was refused: the request is not in a state the action may start from.
+
+    Attributes:
+        request_id: the request's primary key. action: the refused ``EventAction``.
+        current: the status the request is in now.
+    """
+
+    def __init__(self, request_id: int, action: str, current: str) -> None:
+        self.request_id = request_id
+        self.action = action
+        self.current = current
+        label = EventAction(action).label if action in EventAction.values else action
+        status = VMRequestStatus(current).label if current in VMRequestStatus.values else current
+        super().__init__(
+            _("Request #%(id)s is %(status)s; it cannot be %(action)s.")
+            % {"id": request_id, "status": status, "action": label}
+        )
+
+
+class Team(models.Model):
+    """A group of people who request VMs into one Kubernetes namespace, under one lease policy.
+
+    ``members`` may request VMs for the team and see its requests; ``approvers`` (who also need
+    the ``vmrequests.approve_vmrequest`` permission) decide them. Quotas: ``GpuQuota`` rows.
+    """
+
+    name = models.CharField(_("name"), max_length=100, unique=True)
+    slug = models.SlugField(_("slug"), max_length=50, unique=True)
+    namespace = models.CharField(
+        _("namespace"),
+        max_length=63,
+        validators=[dns1123_label_validator],
+        help_text=_("Kubernetes namespace the team's VMs are created in."),
+    )
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, related_name="teams", blank=True, verbose_name=_("members")
+    )
+    approvers = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, related_name="approver_of", blank=True, verbose_name=_("approvers")
+    )
+    default_lease_days = models.PositiveIntegerField(
+        _("default lease (days)"), default=7, validators=[MinValueValidator(1)]
+    )
+    max_lease_days = models.PositiveIntegerField(
+        _("maximum lease (days)"), default=30, validators=[MinValueValidator(1)]
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = _("team")
+        verbose_name_plural = _("teams")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("vmrequests:vmrequest_list") + f"?team={self.slug}"
+
+    def clean(self) -> None:
+        """Refuse a default lease longer than the maximum."""
+        if self.default_lease_days and self.max_lease_days and self.default_lease_days > self.max_lease_days:
+            raise ValidationError(
+                {"default_lease_days": _("The default lease cannot be longer than the maximum lease.")}
+            )
+
+
+class GpuQuota(models.Model):
+    """At most ``max_devices`` GPU devices held at once by a team's open requests.
+
+    Open = approved, provisioning or running (``choices.OPEN_STATES``). Scope: ``mode`` blank =
+    any GPU; ``mode`` set and ``gpu`` blank = any GPU of that mode; ``gpu`` = one passthrough
+    resource name (``nvidia.com/GA100_A100_PCIE_40GB``, i.e. one GPU model) or one bare vGPU type
+    (``A10-12Q``; bare because the resource prefix ``GRID_``/``NVIDIA_`` depends on the driver,
+    DOMAIN.md §2). Every quota whose scope matches a request must hold.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas", verbose_name=_("team"))
+    mode = models.CharField(_("mode"), max_length=20, choices=VMMode.choices, blank=True)
+    gpu = models.CharField(
+        _("GPU"),
+        max_length=253,
+        blank=True,
+        help_text=_("Passthrough resource name (nvidia.com/...) or vGPU type (e.g. A10-12Q); blank = any."),
+    )
+    max_devices = models.PositiveIntegerField(_("maximum devices"))
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["team__name", "mode", "gpu"]
+        verbose_name = _("GPU quota")
+        verbose_name_plural = _("GPU quotas")
+        constraints = [models.UniqueConstraint(fields=["team", "mode", "gpu"], name="gpuquota_unique_scope")]
+
+    def __str__(self) -> str:
+        return f"{self.team}: {self.scope_label} ≤ {self.max_devices}"
+
+    def get_absolute_url(self) -> str:
+        return self.team.get_absolute_url()
+
+    def clean(self) -> None:
+        """A GPU scope needs a mode, and must look like that mode's names."""
+        if self.gpu and not self.mode:
+            raise ValidationError({"mode": _("Choose the mode the GPU belongs to.")})
+        if self.gpu and self.mode == VMMode.PASSTHROUGH and not self.gpu.startswith("nvidia.com/"):
+            raise ValidationError(
+                {"gpu": _("A passthrough GPU is a resource name such as nvidia.com/GA102GL_A10.")}
+            )
+        if self.gpu and self.mode == VMMode.VGPU and parse_vgpu_type(self.gpu) is None:
+            raise ValidationError({"gpu": _("A vGPU type looks like A10-12Q or A100-1-5C.")})
+
+    @property
+    def scope_label(self) -> str:
+        """``"any GPU"``, ``"any vGPU (GPU slice)"`` or the GPU name."""
+        if not self.mode:
+            return str(_("any GPU"))
+        if not self.gpu:
+            return str(_("any %(mode)s") % {"mode": VMMode(self.mode).label})
+        return self.gpu
+
+    def matches(self, mode: str, resource_name: str, vgpu_type: str) -> bool:
+        """True when a request of ``mode`` for ``resource_name``/``vgpu_type`` falls in this scope."""
+        if not self.mode:
+            return True
+        if self.mode != mode:
+            return False
+        if not self.gpu:
+            return True
+        return self.gpu == (vgpu_type if mode == VMMode.VGPU else resource_name)
+
+
+class AutoApprovalRule(models.Model):
+    """Approve a team's requests without a person when they are small enough (and fit).
+
+    Matches a request of ``mode`` asking for at most ``max_devices`` devices and, for vGPU, a
+    type with at most ``max_vgpu_framebuffer_gb`` GB of frame buffer (blank = any). A matching
+    request still goes through the same capacity and quota checks as a person's approval; the
+    timeline records the approval as done by "policy".
+    """
+
+    team = models.ForeignKey(
+        Team, on_delete=models.CASCADE, related_name="auto_approval_rules", verbose_name=_("team")
+    )
+    mode = models.CharField(_("mode"), max_length=20, choices=VMMode.choices)
+    max_devices = models.PositiveIntegerField(_("maximum devices"), default=1)
+    max_vgpu_framebuffer_gb = models.DecimalField(
+        _("maximum vGPU frame buffer (GB)"), max_digits=6, decimal_places=1, null=True, blank=True
+    )
+    max_lease_days = models.PositiveIntegerField(_("maximum lease (days)"), null=True, blank=True)
+    enabled = models.BooleanField(_("enabled"), default=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["team__name", "mode", "pk"]
+        verbose_name = _("auto-approval rule")
+        verbose_name_plural = _("auto-approval rules")
+
+    def __str__(self) -> str:
+        return f"{self.team}: {self.describe()}"
+
+    def get_absolute_url(self) -> str:
+        return self.team.get_absolute_url()
+
+    def describe(self) -> str:
+        """The rule in words, e.g. ``"vGPU (GPU slice) up to 1 device(s), ≤ 8 GB"``."""
+        text = _("%(mode)s up to %(n)s device(s)") % {"mode": VMMode(self.mode).label, "n": self.max_devices}
+        if self.max_vgpu_framebuffer_gb is not None:
+            text += f", ≤ {self.max_vgpu_framebuffer_gb.normalize()} GB"
+        if self.max_lease_days is not None:
+            text += ", " + _("lease ≤ %(d)s days") % {"d": self.max_lease_days}
+        return str(text)
+
+    def matches(self, request: VMRequest) -> bool:
+        """True when ``request`` is small enough for this rule (capacity and quota not checked)."""
+        if not self.enabled or request.mode != self.mode or request.device_count > self.max_devices:
+            return False
+        if self.max_lease_days is not None and request.lease_days > self.max_lease_days:
+            return False
+        if self.max_vgpu_framebuffer_gb is not None:
+            vtype = parse_vgpu_type(request.vgpu_type)
+            if vtype is None or vtype.framebuffer_gb > Decimal(self.max_vgpu_framebuffer_gb):
+                return False
+        return True
+
+
+class VmImage(models.Model):
+    """A VM image analysts can pick: a KubeVirt containerDisk plus how to log in (admin-managed)."""
+
+    name = models.CharField(_("name"), max_length=100, unique=True)
+    image = models.CharField(
+        _("containerDisk image"), max_length=400, help_text=_("e.g. quay.io/containerdisks/ubuntu:22.04")
+    )
+    os = models.CharField(_("operating system"), max_length=100)
+    login_user = models.CharField(
+        _("login user"),
+        max_length=32,
+        default="analyst",
+        validators=[RegexValidator(r"\A[a-z_][a-z0-9_-]{0,31}\Z", _("Use a Linux user name."))],
+    )
+    min_memory_gib = models.PositiveIntegerField(
+        _("minimum memory (GiB)"), default=2, validators=[MinValueValidator(1)]
+    )
+    default_cpu_cores = models.PositiveIntegerField(
+        _("default CPU cores"), default=4, validators=[MinValueValidator(1), MaxValueValidator(MAX_CPU_CORES)]
+    )
+    default_memory_gib = models.PositiveIntegerField(
+        _("default memory (GiB)"),
+        default=16,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_MEMORY_GIB)],
+    )
+    enabled = models.BooleanField(_("enabled"), default=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = _("VM image")
+        verbose_name_plural = _("VM images")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("admin:vmrequests_vmimage_change", args=[self.pk])
+
+    def clean(self) -> None:
+        """The default memory must be at least the minimum."""
+        if self.default_memory_gib and self.min_memory_gib and self.default_memory_gib < self.min_memory_gib:
+            raise ValidationError({"default_memory_gib": _("The default memory is below the minimum.")})
+
+
+class VMRequestQuerySet(QuerySet["VMRequest"]):
+    """Query helpers; ``visible_to`` is the one visibility rule (CONVENTIONS)."""
+
+    def visible_to(self, user: Any) -> VMRequestQuerySet:
+        """Requests ``user`` may see: superusers all; others their own, and every request of a
+        team they are a member or an approver of. Anonymous users none."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if user.is_superuser:
+            return self
+        teams = Team.objects.filter(Q(members=user) | Q(approvers=user)).values("pk")
+        return self.filter(Q(requester=user) | Q(team__in=teams))
+
+    def decidable_by(self, user: Any) -> VMRequestQuerySet:
+        """Requests ``user`` may approve or reject: holds the approve permission and is an
+        approver of the request's team (superusers: every team)."""
+        if not getattr(user, "is_authenticated", False) or not user.has_perm("vmrequests.approve_vmrequest"):
+            return self.none()
+        if user.is_superuser:
+            return self
+        return self.filter(team__approvers=user)
+
+    def open(self) -> VMRequestQuerySet:
+        """Requests holding (or about to hold) devices: approved, provisioning, running."""
+        return self.filter(status__in=OPEN_STATES)
+
+
+def vmi_name_for(pk: int, username: str, name: str = "") -> str:
+    """The deterministic VMI name of a request: the requested ``name`` when given (already a
+    DNS-1123 label), else ``<username as a DNS-1123 label, ≤ 40 chars>-vm-<pk>`` (≤ 63 chars).
+
+    ``"Alice.Smith@corp"``, 42 → ``"alice-smith-corp-vm-42"``; a name with no usable characters
+    gives ``"user-vm-42"``.
+    """
+    if name:
+        return name
+    slug = re.sub(r"[^a-z0-9]+", "-", username.lower()).strip("-")[:40].strip("-") or "user"
+    return f"{slug}-vm-{pk}"
+
+
+class VMRequest(models.Model):
+    """One analyst's request for a GPU VM, from submission to deletion.
+
+    Sizes: ``cpu_cores`` (cores), ``memory_gib`` (GiB), ``device_count`` devices of
+    ``resource_name`` (the exact ``nvidia.com/...`` name from node allocatable, DOMAIN.md §2).
+    For a vGPU type no node advertises yet (available after re-profiling a node)
+    ``resource_name`` is ``""`` until provisioning reads it from allocatable; ``vgpu_type`` (bare,
+    ``T4-8Q``) is set for every vGPU request. ``vmi_name``/``vmi_namespace`` are fixed at
+    submission (``vmi_name_for``) so that provisioning is idempotent. Status: see
+    ``vmrequests/choices.py``; change it only through the methods below.
+    """
+
+    requester = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="vm_requests",
+        verbose_name=_("requester"),
+    )
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="+",
+        null=True,
+        blank=True,
+        help_text="the account that filed it on the requester's behalf (ticketing system)",
+    )
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="requests", verbose_name=_("team"))
+    mode = models.CharField(_("mode"), max_length=20, choices=VMMode.choices)
+    resource_name = models.CharField(_("GPU resource"), max_length=253, blank=True)
+    vgpu_type = models.CharField(_("vGPU type"), max_length=40, blank=True)
+    gpu_model = models.CharField(_("GPU model"), max_length=100, blank=True)
+    device_count = models.PositiveIntegerField(
+        _("devices"), default=1, validators=[MinValueValidator(1), MaxValueValidator(MAX_DEVICES)]
+    )
+    cpu_cores = models.PositiveIntegerField(
+        _("CPU cores"), validators=[MinValueValidator(1), MaxValueValidator(MAX_CPU_CORES)]
+    )
+    memory_gib = models.PositiveIntegerField(
+        _("memory (GiB)"), validators=[MinValueValidator(1), MaxValueValidator(MAX_MEMORY_GIB)]
+    )
+    image = models.ForeignKey(VmImage, on_delete=models.PROTECT, related_name="+", verbose_name=_("image"))
+    ssh_public_key = models.TextField(_("SSH public key"))
+    lease_days = models.PositiveIntegerField(_("lease (days)"), validators=[MinValueValidator(1)])
+    justification = models.TextField(_("justification"))
+    ticket_source = models.CharField(_("ticket source"), max_length=50, blank=True)
+    ticket_id = models.CharField(_("ticket ID"), max_length=100, blank=True)
+    status = models.CharField(
+        _("status"),
+        max_length=20,
+        choices=VMRequestStatus.choices,
+        default=VMRequestStatus.SUBMITTED,
+        db_index=True,
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", null=True, blank=True
+    )
+    decided_by_policy = models.BooleanField(default=False)
+    decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
+    decision_note = models.TextField(_("decision note"), blank=True)
+    vmi_name = models.CharField(_("VMI name"), max_length=63, blank=True)
+    vmi_namespace = models.CharField(_("VMI namespace"), max_length=63)
+    node_name = models.CharField(_("node"), max_length=253, blank=True)
+    ip_address = models.GenericIPAddressField(_("IP address"), null=True, blank=True)
+    failure_reason = models.TextField(_("failure reason"), blank=True)
+    deletion_reason = models.CharField(
+        _("deletion reason"), max_length=20, choices=DeletionReason.choices, blank=True
+    )
+    lease_end = models.DateTimeField(_("lease end"), null=True, blank=True)
+    created = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
+    updated = models.DateTimeField(_("updated"), auto_now=True)
+
+    objects = VMRequestQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created", "-pk"]
+        verbose_name = _("VM request")
+        verbose_name_plural = _("VM requests")
+        permissions = [("approve_vmrequest", "Can approve or reject VM requests")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["ticket_source", "ticket_id"],
+                condition=~Q(ticket_id=""),
+                name="vmrequest_unique_ticket",
+            ),
+            models.UniqueConstraint(
+                fields=["vmi_namespace", "vmi_name"],
+                condition=Q(status__in=sorted(LIVE_STATES)) & ~Q(vmi_name=""),
+                name="vmrequest_unique_live_vmi",
+            ),
+        ]
+        indexes = [models.Index(fields=["team", "status"], name="vmrequest_team_status")]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.vmi_name or '?'} ({self.status})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("vmrequests:vmrequest", args=[self.pk])
+
+    # --- derived -------------------------------------------------------------------------
+
+    @property
+    def holder(self) -> str:
+        """The ``Reservation.holder`` key of this request."""
+        return f"vmrequest:{self.pk}"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True when nothing more will happen (deleted, rejected, cancelled, failed)."""
+        return self.status in TERMINAL_STATES
+
+    @property
+    def badge(self) -> str:
+        """CSS tone of the status badge."""
+        return STATUS_BADGE[VMRequestStatus(self.status)]
+
+    @property
+    def gpu_label(self) -> str:
+        """What the request asks for, e.g. ``"nvidia.com/GA100_A100_PCIE_40GB × 2"`` or ``"T4-16Q"``."""
+        what = self.resource_name or self.vgpu_type
+        return f"{what} × {self.device_count}" if self.device_count > 1 else what
+
+    def lease_end_if_started(self, start: Any = None) -> Any:
+        """When the lease would end if the VM ran from ``start`` (default now)."""
+        return (start or timezone.now()) + timedelta(days=self.lease_days)
+
+    # --- transitions -----------------------------------------------------------------------
+
+    def _transition(
+        self,
+        action: str,
+        *,
+        actor: Any = None,
+        actor_label: str = "",
+        message: str = "",
+        data: dict[str, Any] | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> VMRequestEvent:
+        """Compare-and-swap ``status`` for ``action`` and append its event (one transaction).
+
+        Raises:
+            TransitionError: the request's current status is not one ``action`` starts from
+                (illegal transition, or another actor won the race). Nothing is written.
+        """
+        allowed_from, to_status = TRANSITIONS[action]
+        fields = dict(fields or {})
+        with transaction.atomic():
+            current = (
+                VMRequest.objects.select_for_update()
+                .filter(pk=self.pk)
+                .values_list("status", flat=True)
+                .first()
+            )
+            if current not in allowed_from:
+                raise TransitionError(self.pk, action, str(current))
+            now = timezone.now()
+            fields.update(status=to_status, updated=now)
+            won = VMRequest.objects.filter(pk=self.pk, status=current).update(**fields)
+            if not won:  # pragma: no cover - the row lock makes this unreachable on PostgreSQL
+                raise TransitionError(self.pk, action, str(current))
+            for name, value in fields.items():
+                setattr(self, name, value)
+            if to_status in TERMINAL_STATES:
+                Reservation.objects.filter(holder=self.holder).delete()
+            event = VMRequestEvent.objects.create(
+                request=self,
+                actor=actor,
+                actor_label=actor_label,
+                action=action,
+                from_status=current,
+                to_status=to_status,
+                message=message,
+                data=data or {},
+            )
+            transaction.on_commit(
+                lambda: request_transitioned.send(sender=VMRequest, request=self, event=event)
+            )
+        return event
+
+    def record(
+        self,
+        action: str,
+        message: str,
+        *,
+        actor: Any = None,
+        actor_label: str = "",
+        data: dict[str, Any] | None = None,
+    ) -> VMRequestEvent:
+        """Append a timeline entry that does not change the status (a provisioning step, a note)."""
+        return VMRequestEvent.objects.create(
+            request=self,
+            actor=actor,
+            actor_label=actor_label,
+            action=action,
+            from_status=self.status,
+            to_status=self.status,
+            message=message,
+            data=data or {},
+        )
+
+    def approve(self, by: Any, note: str = "", *, data: dict[str, Any] | None = None) -> VMRequestEvent:
+        """submitted → approved by a person. Call through ``vmrequests.approval.approve``, which
+        checks capacity and quota and writes the reservation in the same transaction."""
+        return self._transition(
+            EventAction.APPROVE,
+            actor=by,
+            message=note,
+            data=data,
+            fields={"decided_by": by, "decided_at": timezone.now(), "decision_note": note},
+        )
+
+    def approve_by_policy(
+        self, rule: AutoApprovalRule, *, data: dict[str, Any] | None = None
+    ) -> VMRequestEvent:
+        """submitted → approved by an auto-approval rule (actor "policy")."""
+        note = str(_("Auto-approved by rule: %(rule)s") % {"rule": rule.describe()})
+        return self._transition(
+            EventAction.AUTO_APPROVE,
+            actor_label="policy",
+            message=note,
+            data={**(data or {}), "rule_id": rule.pk},
+            fields={"decided_by_policy": True, "decided_at": timezone.now(), "decision_note": note},
+        )
+
+    def reject(self, by: Any, reason: str) -> VMRequestEvent:
+        """submitted → rejected. ``reason`` is required.
+
+        Raises:
+            ValueError: blank reason. TransitionError: not submitted.
+        """
+        if not reason.strip():
+            raise ValueError("a rejection needs a reason")
+        return self._transition(
+            EventAction.REJECT,
+            actor=by,
+            message=reason,
+            fields={"decided_by": by, "decided_at": timezone.now(), "decision_note": reason},
+        )
+
+    def cancel(self, by: Any, note: str = "") -> VMRequestEvent:
+        """submitted | approved → cancelled (the requester changed their mind); frees the reservation."""
+        return self._transition(EventAction.CANCEL, actor=by, message=note)
+
+    def start_provisioning(self, message: str = "") -> VMRequestEvent:
+        """approved → provisioning (the worker took it)."""
+        return self._transition(EventAction.START_PROVISIONING, actor_label="worker", message=message)
+
+    def mark_running(self, node_name: str, ip_address: str | None, message: str = "") -> VMRequestEvent:
+        """provisioning → running on ``node_name``; the lease starts now."""
+        now = timezone.now()
+        return self._transition(
+            EventAction.MARK_RUNNING,
+            actor_label="worker",
+            message=message,
+            data={"node": node_name, "ip": ip_address},
+            fields={
+                "node_name": node_name,
+                "ip_address": ip_address,
+                "lease_end": self.lease_end_if_started(now),
+            },
+        )
+
+    def mark_failed(self, reason: str, *, data: dict[str, Any] | None = None) -> VMRequestEvent:
+        """provisioning | running → failed with a plain-words ``reason``; frees the reservation."""
+        return self._transition(
+            EventAction.MARK_FAILED,
+            actor_label="worker",
+            message=reason,
+            data=data,
+            fields={"failure_reason": reason},
+        )
+
+    def start_deletion(self, reason: str, by: Any = None, note: str = "") -> VMRequestEvent:
+        """provisioning | running → deleting for ``reason`` (a ``DeletionReason``)."""
+        return self._transition(
+            EventAction.START_DELETION,
+            actor=by,
+            actor_label="" if by else "worker",
+            message=note or str(DeletionReason(reason).label),
+            fields={"deletion_reason": reason},
+        )
+
+    def mark_deleted(self, reason: str = "", message: str = "") -> VMRequestEvent:
+        """deleting | running → deleted (the VMI is gone); frees the reservation. ``reason`` is
+        needed only when the VMI vanished while running (``DeletionReason.DELETED_OUTSIDE``)."""
+        fields = {"deletion_reason": reason} if reason else {}
+        return self._transition(
+            EventAction.MARK_DELETED, actor_label="worker", message=message, fields=fields
+        )
+
+
+class VMRequestEvent(models.Model):
+    """One append-only timeline entry of a request: who did what, from which status to which.
+
+    ``actor`` is the user, or None with ``actor_label`` ``"policy"`` / ``"worker"`` / ``"system"``.
+    ``data`` holds details (placement, quota, re-profile plan). Rows are never updated or deleted.
+    """
+
+    request = models.ForeignKey(VMRequest, on_delete=models.CASCADE, related_name="events")
+    created = models.DateTimeField(_("time"), default=timezone.now, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", null=True, blank=True
+    )
+    actor_label = models.CharField(max_length=20, blank=True)
+    action = models.CharField(_("action"), max_length=30, choices=EventAction.choices)
+    from_status = models.CharField(max_length=20, choices=VMRequestStatus.choices, blank=True)
+    to_status = models.CharField(max_length=20, choices=VMRequestStatus.choices)
+    message = models.TextField(_("message"), blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["created", "pk"]
+        verbose_name = _("request event")
+        verbose_name_plural = _("request events")
+
+    def __str__(self) -> str:
+        return f"#{self.request_id} {self.action} {self.from_status}→{self.to_status}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Insert only: the timeline is append-only.
+
+        Raises:
+            ValueError: on an attempt to update an existing row.
+        """
+        if self.pk is not None and not self._state.adding:
+            raise ValueError("request events are append-only")
+        super().save(*args, **kwargs)
+
+    def get_absolute_url(self) -> str:
+        return reverse("vmrequests:vmrequest", args=[self.request_id]) + f"#event-{self.pk}"
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        """Refused: the timeline is append-only.
+
+        Raises:
+            ValueError: always.
+        """
+        raise ValueError("request events are append-only")
+
+    @property
+    def actor_display(self) -> str:
+        """The user's name, or the translated actor label."""
+        if self.actor is not None:
+            return self.actor.get_full_name() or self.actor.get_username()
+        return {"policy": str(_("policy")), "worker": str(_("worker")), "system": str(_("system"))}.get(
+            self.actor_label, self.actor_label
+        )

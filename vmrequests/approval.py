@@ -1,0 +1,243 @@
+"""Submitting, approving, rejecting and cancelling requests (the service the views and API call).
+
+Approval is where devices are promised, so it runs under one lock: on PostgreSQL a
+transaction-scoped advisory lock (``pg_advisory_xact_lock``), on SQLite the database write lock
+the ``IMMEDIATE`` transaction mode takes at ``BEGIN`` (portal/settings.py). Inside the lock it
+re-reads capacity and quotas (``placement.check_request``), writes the ``Reservation`` and moves
+the request to approved, all in one transaction. Two approvals of the last device therefore run
+one after the other and the second sees the first's reservation: it is refused, never both won.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils.translation import gettext as _
+
+from gpuinventory.capacity import CapacitySnapshot
+from gpuinventory.models import GpuNode, Reservation
+from vmrequests.choices import VMRequestStatus
+from vmrequests.models import (
+    AutoApprovalRule,
+    Team,
+    TransitionError,
+    VMRequest,
+    VMRequestEvent,
+    request_transitioned,
+    vmi_name_for,
+)
+from vmrequests.placement import Placement, QuotaBook, Verdict, check_request
+
+log = logging.getLogger(__name__)
+
+#: Key of the approval advisory lock (any constant; "GPUV" in ASCII).
+APPROVAL_LOCK_KEY = 0x47505556
+
+
+class ApprovalRefused(Exception):
+    """Approval re-checked capacity or quota and the request no longer fits.
+
+    Attributes:
+        verdict: the check that failed (``verdict.problems()`` says why in plain words).
+    """
+
+    def __init__(self, verdict: Verdict) -> None:
+        self.verdict = verdict
+        super().__init__(" ".join(verdict.problems()))
+
+
+class NotAllowed(Exception):
+    """The user may not do this to this request (not an approver of its team, not the requester)."""
+
+
+def _approval_lock() -> None:
+    """Serialise approvals (call inside ``transaction.atomic``)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [APPROVAL_LOCK_KEY])
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """What a request asks for (the form's and the API's cleaned data).
+
+    ``resource_name`` is ``""`` for a vGPU type only available after re-profiling.
+    """
+
+    team: Team
+    mode: str
+    resource_name: str
+    vgpu_type: str
+    gpu_model: str
+    device_count: int
+    cpu_cores: int
+    memory_gib: int
+    image: Any
+    ssh_public_key: str
+    lease_days: int
+    justification: str
+    name: str = ""
+    ticket_source: str = ""
+    ticket_id: str = ""
+
+
+def submit(spec: RequestSpec, requester: Any, *, submitted_by: Any = None) -> VMRequest:
+    """Create a submitted request and its first timeline entry, then try the team's
+    auto-approval rules. Validation (capacity, quota, SSH key, bounds) is the caller's job
+    (``vmrequests.forms.VMRequestForm``); this only writes.
+
+    Args:
+        spec: the validated request. requester: the user it is for.
+        submitted_by: the account filing it on the requester's behalf, if different.
+
+    Returns:
+        The request (status submitted, or approved when a rule approved it).
+    """
+    with transaction.atomic():
+        req = VMRequest.objects.create(
+            requester=requester,
+            submitted_by=submitted_by if submitted_by is not None and submitted_by != requester else None,
+            team=spec.team,
+            mode=spec.mode,
+            resource_name=spec.resource_name,
+            vgpu_type=spec.vgpu_type,
+            gpu_model=spec.gpu_model,
+            device_count=spec.device_count,
+            cpu_cores=spec.cpu_cores,
+            memory_gib=spec.memory_gib,
+            image=spec.image,
+            ssh_public_key=spec.ssh_public_key,
+            lease_days=spec.lease_days,
+            justification=spec.justification,
+            ticket_source=spec.ticket_source,
+            ticket_id=spec.ticket_id,
+            vmi_namespace=spec.team.namespace,
+        )
+        req.vmi_name = vmi_name_for(req.pk, requester.get_username(), spec.name)
+        req.save(update_fields=["vmi_name"])
+        data = {"submitted_by": submitted_by.get_username()} if req.submitted_by_id else {}
+        event = VMRequestEvent.objects.create(
+            request=req,
+            actor=submitted_by or requester,
+            action="submit",
+            from_status="",
+            to_status=VMRequestStatus.SUBMITTED,
+            message=spec.justification,
+            data=data,
+        )
+        transaction.on_commit(lambda: request_transitioned.send(sender=VMRequest, request=req, event=event))
+    _try_auto_approval(req)
+    return req
+
+
+def _try_auto_approval(req: VMRequest) -> None:
+    """Approve ``req`` by the first matching enabled rule of its team, when it fits."""
+    for rule in AutoApprovalRule.objects.filter(team_id=req.team_id, enabled=True).order_by("pk"):
+        if not rule.matches(req):
+            continue
+        try:
+            _approve_locked(req, by=None, note="", rule=rule)
+        except ApprovalRefused as exc:
+            req.record(
+                "note",
+                _(
+                    "Auto-approval rule matched (%(rule)s) but the request does not fit now: %(why)s Left for an approver."
+                )
+                % {"rule": rule.describe(), "why": str(exc)},
+                actor_label="policy",
+            )
+        except TransitionError:
+            pass
+        return
+
+
+def can_decide(user: Any, req: VMRequest) -> bool:
+    """True when ``user`` may approve or reject ``req`` (approve permission + approver of its team)."""
+    return VMRequest.objects.decidable_by(user).filter(pk=req.pk).exists()
+
+
+def approve(req: VMRequest, by: Any, note: str = "") -> Placement:
+    """Approve ``req``: re-check capacity and quota under the approval lock, reserve, approve.
+
+    Raises:
+        NotAllowed: ``by`` is not an approver of the request's team.
+        TransitionError: the request is no longer submitted (someone else decided it).
+        ApprovalRefused: it no longer fits (capacity or quota); nothing is written.
+    """
+    if not can_decide(by, req):
+        raise NotAllowed(_("You are not an approver of team %(team)s.") % {"team": req.team})
+    return _approve_locked(req, by=by, note=note, rule=None)
+
+
+def _approve_locked(req: VMRequest, *, by: Any, note: str, rule: AutoApprovalRule | None) -> Placement:
+    with transaction.atomic():
+        _approval_lock()
+        current = VMRequest.objects.select_for_update().get(pk=req.pk)
+        if current.status != VMRequestStatus.SUBMITTED:
+            raise TransitionError(req.pk, "approve", current.status)
+        snap = CapacitySnapshot()
+        verdict = check_request(
+            current.team,
+            current.mode,
+            current.resource_name,
+            current.vgpu_type,
+            current.device_count,
+            exclude_pk=current.pk,
+            snapshot=snap,
+            book=QuotaBook([current.team_id]),
+            with_alternatives=False,
+        )
+        if not verdict.ok:
+            raise ApprovalRefused(verdict)
+        placement = verdict.placement
+        node = GpuNode.objects.get(name=placement.node)
+        plan = placement.reprofile
+        Reservation.objects.create(
+            node=node,
+            resource_name=placement.resource_name,
+            vgpu_type=current.vgpu_type,
+            count=current.device_count,
+            reprofile_config=plan.config if plan else "",
+            reprofile_from=plan.current_config if plan else "",
+            holder=current.holder,
+            vmi_namespace=current.vmi_namespace,
+            vmi_name=current.vmi_name,
+        )
+        data = {"placement": placement.as_json(), "quotas": [q.describe() for q in verdict.quotas]}
+        if rule is not None:
+            current.approve_by_policy(rule, data=data)
+        else:
+            current.approve(by, note, data=data)
+        if placement.resource_name and not current.resource_name:
+            VMRequest.objects.filter(pk=current.pk).update(resource_name=placement.resource_name)
+    req.refresh_from_db()
+    log.info(
+        "request approved",
+        extra={"request_id": req.pk, "node": placement.node, "reprofile": bool(placement.reprofile)},
+    )
+    return placement
+
+
+def reject(req: VMRequest, by: Any, reason: str) -> None:
+    """Reject ``req`` with a required ``reason``.
+
+    Raises:
+        NotAllowed, TransitionError, ValueError (blank reason).
+    """
+    if not can_decide(by, req):
+        raise NotAllowed(_("You are not an approver of team %(team)s.") % {"team": req.team})
+    req.reject(by, reason)
+
+
+def cancel(req: VMRequest, by: Any, note: str = "") -> None:
+    """Cancel ``req`` (requester, or an approver of its team) while submitted or approved.
+
+    Raises:
+        NotAllowed, TransitionError.
+    """
+    if by != req.requester and not can_decide(by, req):
+        raise NotAllowed(_("Only the requester or an approver of the team can cancel this request."))
+    req.cancel(by, note)
