@@ -37,6 +37,7 @@ run: venv ## dev cluster + web (127.0.0.1:8000) + Celery worker and beat; Ctrl-C
 		sys.exit("127.0.0.1:8000 is already in use (another make run?): stop that process first; ss -ltnp sport = :8000 shows it") if in_use else None'
 	@$(BIN)/python manage.py migrate --noinput -v 0
 	@$(BIN)/python manage.py create_demo_users
+	@$(BIN)/python manage.py create_demo_catalog
 ifeq ($(strip $(PORTAL_KUBECONFIG)),)
 	@echo "==> dev cluster: building or reusing kube-apiserver and etcd (a first build takes ~10 min on 2 cores)"
 	@$(BIN)/python -m devcluster build

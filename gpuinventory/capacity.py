@@ -20,7 +20,8 @@ approvals (docs/inventory.md §4). Rules (DOMAIN.md §2 "Allocatable is not free
   its config state is neither ``pending`` (busy) nor ``failed`` (needs an admin).
 - Devices reserved by approved requests (``gpuinventory.models.Reservation``) count as used until
   their VMI's launcher pod is bound (then the sync counts the pod in ``used``): every function
-  here subtracts active reservations, so two approvals can never promise the same device.
+  here subtracts active reservations, so two approvals can never promise the same device. A node
+  promised to a re-profile that has not finished offers nothing now.
 """
 
 from __future__ import annotations
@@ -206,6 +207,9 @@ def active_reservations() -> QuerySet[Reservation]:
 
 
 Reserved = dict[tuple[int, str], int]
+#: ``Reserved`` key marking a node promised to a re-profile that has not finished: it offers
+#: nothing now (its current vGPUs will be deleted by the vGPU Device Manager, DOMAIN.md §3).
+REPROFILING = "reprofiling"
 
 
 def reserved_devices(node_ids: Iterable[int] | None = None) -> Reserved:
@@ -214,8 +218,12 @@ def reserved_devices(node_ids: Iterable[int] | None = None) -> Reserved:
     if node_ids is not None:
         qs = qs.filter(node_id__in=list(node_ids))
     out: Reserved = defaultdict(int)
-    for node_id, name, vtype, count in qs.values_list("node_id", "resource_name", "vgpu_type", "count"):
+    for node_id, name, vtype, count, config, done in qs.values_list(
+        "node_id", "resource_name", "vgpu_type", "count", "reprofile_config", "reprofile_done"
+    ):
         out[(node_id, name or f"vgpu:{vtype}")] += count
+        if config and not done:
+            out[(node_id, REPROFILING)] = 1
     return out
 
 
@@ -228,6 +236,9 @@ def reserved_of(r: GpuResource, reserved: Reserved) -> int:
 
 
 def _free_of(r: GpuResource, reserved: Reserved) -> int:
+    if (r.node_id, REPROFILING) in reserved:
+        # A re-profile is promised on this node: its current vGPUs are about to be replaced.
+        return 0
     return max(0, requestable_free(r, r.node) - reserved_of(r, reserved))
 
 

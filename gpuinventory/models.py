@@ -253,6 +253,8 @@ class Reservation(models.Model):
     reprofile_from = models.CharField(
         _("previous vGPU config"), max_length=63, blank=True, help_text="label value before re-profiling"
     )
+    reprofile_started = models.DateTimeField(null=True, blank=True, help_text="when the label was patched")
+    reprofile_done = models.BooleanField(default=False, help_text="the node offers the type now")
     holder = models.CharField(max_length=100, unique=True, help_text='e.g. "vmrequest:42"')
     vmi_namespace = models.CharField(max_length=63)
     vmi_name = models.CharField(max_length=63)

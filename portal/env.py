@@ -3,7 +3,7 @@
 Every setting comes from the environment (see ``docs/configuration.md``). A value that
 cannot be parsed raises :class:`django.core.exceptions.ImproperlyConfigured` naming the
 variable, so a typo stops the process at start-up instead of silently meaning "false".
-Parsing of URLs (``DATABASE_URL``) is delegated to django-environ.
+Parsing of URLs (``DATABASE_URL``, ``EMAIL_URL``) is delegated to django-environ.
 """
 
 from __future__ import annotations
@@ -11,10 +11,13 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Mapping
+from email.utils import parseaddr
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import environ
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.validators import validate_email
 
 # Aliases: the methods below are named after the builtins they return.
 _Str = str
@@ -153,3 +156,102 @@ class Env:
         if scheme != "sqlite" and not config.get("NAME"):
             raise ImproperlyConfigured(f"{name}={url!r} names no database")
         return config
+
+    def mailer(self, name: _Str, default: _Str) -> dict[_Str, Any]:
+        """Return a Django ``MAILERS`` entry parsed from a mail URL (django-environ's schemes).
+
+        ``smtp://user:password@host:port`` (plain), ``smtp+tls://`` or ``smtps://`` (STARTTLS),
+        ``smtp+ssl://`` (implicit TLS), ``consolemail://``, ``filemail:////absolute/dir``,
+        ``memorymail://``, ``dummymail://``. User and password are percent-decoded. The only
+        query option is ``timeout`` (seconds, ≥ 1, SMTP only). Error messages never repeat the
+        URL, which may hold a password.
+
+        Returns:
+            ``{"BACKEND": dotted path, "OPTIONS": {...}}``; SMTP options: ``host``, ``use_tls``,
+            ``use_ssl`` and, when given, ``port`` (else Django picks 25, 587 with TLS, 465 with
+            SSL), ``username``, ``password``, ``timeout``; filemail: ``file_path``.
+
+        Raises:
+            ImproperlyConfigured: unknown scheme, unparsable port, SMTP without a host, filemail
+                without a directory, or an unknown, malformed or misplaced query option.
+        """
+        url = self.raw(name) or default
+        scheme = url.split("://", 1)[0] if "://" in url else ""
+        if scheme not in environ.Env.EMAIL_SCHEMES:
+            raise ImproperlyConfigured(
+                f"{name}: unsupported scheme {scheme!r} (use smtp://, smtp+tls://, smtp+ssl://, "
+                "consolemail://, filemail:////dir, memorymail:// or dummymail://)"
+            )
+        base, _sep, query = url.partition("?")
+        smtp = scheme.startswith("smtp")
+        timeout: int | None = None
+        for key, value in parse_qsl(query, keep_blank_values=True):
+            if key.lower() != "timeout" or not smtp:
+                raise ImproperlyConfigured(f"{name}: unknown option {key!r} (SMTP only: timeout=<seconds>)")
+            try:
+                timeout = int(value)
+            except ValueError:
+                raise ImproperlyConfigured(f"{name}: timeout={value!r} is not an integer") from None
+            if timeout < 1:
+                raise ImproperlyConfigured(f"{name}: timeout must be at least 1 second")
+        try:
+            parsed: dict[_Str, Any] = environ.Env.email_url_config(base)
+        except Exception as exc:  # django-environ raises ValueError for a bad port
+            raise ImproperlyConfigured(f"{name} could not be parsed: {exc}") from None
+        options: dict[_Str, Any] = {}
+        if smtp:
+            if not parsed.get("EMAIL_HOST"):
+                raise ImproperlyConfigured(
+                    f"{name}: an SMTP URL needs a host (smtp://user:password@host:port)"
+                )
+            options = {
+                "host": parsed["EMAIL_HOST"],
+                "use_tls": bool(parsed.get("EMAIL_USE_TLS", False)),
+                "use_ssl": bool(parsed.get("EMAIL_USE_SSL", False)),
+            }
+            extra = {
+                "port": parsed.get("EMAIL_PORT"),
+                "username": parsed.get("EMAIL_HOST_USER"),
+                "password": parsed.get("EMAIL_HOST_PASSWORD"),
+                "timeout": timeout,
+            }
+            options.update({k: v for k, v in extra.items() if v is not None})
+        elif scheme == "filemail":
+            if not parsed.get("EMAIL_FILE_PATH"):
+                raise ImproperlyConfigured(f"{name}: filemail needs a directory (filemail:////var/mail)")
+            options = {"file_path": parsed["EMAIL_FILE_PATH"]}
+        return {"BACKEND": parsed["EMAIL_BACKEND"], "OPTIONS": options}
+
+    def email_address(self, name: _Str, default: _Str) -> _Str:
+        """Return a sender address, bare (``portal@example.com``) or named
+        (``GPU Portal <portal@example.com>``); ``user@localhost`` is accepted.
+
+        Raises:
+            ImproperlyConfigured: when the address part is not a valid email address.
+        """
+        value = self.raw(name) or default
+        address = parseaddr(value)[1]
+        try:
+            validate_email(address)
+        except ValidationError:
+            raise ImproperlyConfigured(
+                f"{name}={value!r} is not an email address (e.g. gpu-portal@example.com)"
+            ) from None
+        return value
+
+    def http_url(self, name: _Str, default: _Str) -> _Str:
+        """Return an ``http://`` or ``https://`` URL with a host, trailing slashes stripped
+        (``"https://portal.example.com/"`` → ``"https://portal.example.com"``).
+
+        Raises:
+            ImproperlyConfigured: another scheme, no host, or a query or fragment.
+        """
+        raw = self.raw(name) or default
+        value = raw.rstrip("/")
+        parts = urlsplit(value)
+        if parts.scheme not in {"http", "https"} or not parts.netloc or parts.query or parts.fragment:
+            raise ImproperlyConfigured(
+                f"{name}={raw!r} must be an http:// or https:// URL with a host and no query "
+                "(e.g. https://portal.example.com)"
+            )
+        return value

@@ -120,6 +120,24 @@ class VmiInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     gpu_device_names: tuple[str, ...] = ()
+    conditions: tuple[VmiCondition, ...] = ()
+    ip_address: str | None = None
+    created: str = ""
+    deleting: bool = False
+
+    def condition(self, type_: str) -> VmiCondition | None:
+        """The status condition of ``type_`` (e.g. ``"PodScheduled"``, ``"Synchronized"``), if any."""
+        return next((c for c in self.conditions if c.type == type_), None)
+
+
+@dataclass(frozen=True)
+class VmiCondition:
+    """One ``status.conditions[]`` entry of a VMI (DOMAIN.md §5.4)."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -447,6 +465,18 @@ def parse_vmi(obj: Mapping[str, Any]) -> VmiInfo:
     labels = _str_map(meta.get("labels"))
     devices = _dict(_dict(_dict(obj.get("spec")).get("domain")).get("devices"))
     node_name = status.get("nodeName") or labels.get("kubevirt.io/nodeName") or None
+    conditions = tuple(
+        VmiCondition(
+            type=str(_dict(c).get("type", "")),
+            status=str(_dict(c).get("status", "")),
+            reason=str(_dict(c).get("reason") or ""),
+            message=str(_dict(c).get("message") or ""),
+        )
+        for c in _list(status.get("conditions"))
+    )
+    ips = [
+        str(_dict(i).get("ipAddress")) for i in _list(status.get("interfaces")) if _dict(i).get("ipAddress")
+    ]
     return VmiInfo(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
@@ -458,6 +488,10 @@ def parse_vmi(obj: Mapping[str, Any]) -> VmiInfo:
         gpu_device_names=tuple(
             str(_dict(g).get("deviceName")) for g in _list(devices.get("gpus")) if _dict(g).get("deviceName")
         ),
+        conditions=conditions,
+        ip_address=ips[0] if ips else None,
+        created=str(meta.get("creationTimestamp") or ""),
+        deleting=bool(meta.get("deletionTimestamp")),
     )
 
 
@@ -724,3 +758,149 @@ def patch_node_labels(name: str, labels: Mapping[str, str | None]) -> NodeInfo:
     body = {"metadata": {"labels": dict(labels)}}
     response = _call(core.patch_node, name, body, field_validation="Strict", _preload_content=False)
     return parse_node(_decode(response))
+
+
+# --- provisioning (vmrequests/provisioning.py) ----------------------------------------------
+
+VMI_GROUP, VMI_VERSION, VMI_PLURAL = "kubevirt.io", "v1", "virtualmachineinstances"
+
+
+def get_node(name: str) -> NodeInfo:
+    """One Node, read live.
+
+    Raises:
+        K8sNotFound: no such Node. K8sForbidden, K8sTransientError: see :func:`translate`.
+    """
+    core = client.CoreV1Api(api_client())
+    return parse_node(_decode(_call(core.read_node, name, _preload_content=False)))
+
+
+def list_pods_on_node(node_name: str) -> list[PodInfo]:
+    """Every non-terminal Pod bound to ``node_name`` (all namespaces), read live.
+
+    Used before a vGPU re-profile to verify against the cluster, not the stored inventory, that
+    no pod uses the node's vGPUs (DOMAIN.md pitfall 2).
+
+    Raises:
+        K8sForbidden, K8sTransientError: see :func:`translate`.
+    """
+    core = client.CoreV1Api(api_client())
+    selector = f"spec.nodeName={node_name},{NON_TERMINAL_POD_SELECTOR}"
+    pods: list[PodInfo] = []
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {
+            "limit": LIST_PAGE_SIZE,
+            "_preload_content": False,
+            "field_selector": selector,
+        }
+        if token:
+            kwargs["_continue"] = token
+        page = _decode(_call(core.list_pod_for_all_namespaces, **kwargs))
+        for item in _list(page.get("items")):
+            pod = parse_pod(_dict(item))
+            if pod is not None:
+                pods.append(pod)
+        token = _dict(page.get("metadata")).get("continue") or None
+        if not token:
+            return pods
+
+
+def create_vmi(namespace: str, body: Mapping[str, Any]) -> VmiInfo:
+    """Create a VirtualMachineInstance with server-side strict field validation.
+
+    Raises:
+        K8sConflict: a VMI of that name exists (409; the caller decides whether to adopt it).
+        K8sInvalid: the schema or a KubeVirt admission webhook refused it (422, DOMAIN.md §5.4).
+        K8sNotFound: the namespace (or the KubeVirt CRD) does not exist.
+        K8sForbidden, K8sTransientError: see :func:`translate`.
+    """
+    custom = client.CustomObjectsApi(api_client())
+    response = _call(
+        custom.create_namespaced_custom_object,
+        VMI_GROUP,
+        VMI_VERSION,
+        namespace,
+        VMI_PLURAL,
+        dict(body),
+        field_validation="Strict",
+        _preload_content=False,
+    )
+    return parse_vmi(_decode(response))
+
+
+def get_vmi(namespace: str, name: str) -> VmiInfo | None:
+    """One VirtualMachineInstance, or None when it does not exist.
+
+    Raises:
+        K8sForbidden, K8sTransientError: see :func:`translate`.
+    """
+    custom = client.CustomObjectsApi(api_client())
+    try:
+        response = _call(
+            custom.get_namespaced_custom_object,
+            VMI_GROUP,
+            VMI_VERSION,
+            namespace,
+            VMI_PLURAL,
+            name,
+            _preload_content=False,
+        )
+    except K8sNotFound:
+        return None
+    return parse_vmi(_decode(response))
+
+
+def delete_vmi(namespace: str, name: str) -> bool:
+    """Delete a VirtualMachineInstance (KubeVirt then deletes its virt-launcher pod).
+
+    Returns:
+        True when a delete was accepted, False when it was already gone.
+
+    Raises:
+        K8sForbidden, K8sTransientError: see :func:`translate`.
+    """
+    custom = client.CustomObjectsApi(api_client())
+    try:
+        _call(
+            custom.delete_namespaced_custom_object,
+            VMI_GROUP,
+            VMI_VERSION,
+            namespace,
+            VMI_PLURAL,
+            name,
+            _preload_content=False,
+        )
+    except K8sNotFound:
+        return False
+    return True
+
+
+def list_vmis_labelled(selector: str) -> list[VmiInfo]:
+    """VirtualMachineInstances of every namespace matching a label ``selector``
+    (e.g. ``"app.kubernetes.io/managed-by=gpu-vm-portal"``); [] without KubeVirt's CRDs.
+
+    Raises:
+        K8sForbidden, K8sTransientError: see :func:`translate`.
+    """
+    custom = client.CustomObjectsApi(api_client())
+    out: list[VmiInfo] = []
+    token: str | None = None
+    try:
+        while True:
+            kwargs: dict[str, Any] = {
+                "limit": LIST_PAGE_SIZE,
+                "_preload_content": False,
+                "label_selector": selector,
+            }
+            if token:
+                kwargs["_continue"] = token
+            page = _decode(
+                _call(custom.list_cluster_custom_object, VMI_GROUP, VMI_VERSION, VMI_PLURAL, **kwargs)
+            )
+            out.extend(parse_vmi(_dict(item)) for item in _list(page.get("items")))
+            token = _dict(page.get("metadata")).get("continue") or None
+            if not token:
+                return out
+    except K8sNotFound:
+        return []

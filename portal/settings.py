@@ -195,6 +195,12 @@ PORTAL_GPU_OPERATOR_NAMESPACE = env.str("PORTAL_GPU_OPERATOR_NAMESPACE", "gpu-op
 # --- inventory sync ---------------------------------------------------------------------
 PORTAL_SYNC_INTERVAL = env.int("PORTAL_SYNC_INTERVAL", 30, minimum=5)
 
+# --- provisioning (vmrequests/provisioning.py, docs/provisioning.md) -----------------------
+PORTAL_RECONCILE_INTERVAL = env.int("PORTAL_RECONCILE_INTERVAL", 5, minimum=1)
+PORTAL_REPROFILE_TIMEOUT = env.int("PORTAL_REPROFILE_TIMEOUT", 600, minimum=10)
+PORTAL_SCHEDULING_TIMEOUT = env.int("PORTAL_SCHEDULING_TIMEOUT", 900, minimum=10)
+PORTAL_LEASE_WARNING_HOURS = env.int("PORTAL_LEASE_WARNING_HOURS", 24, minimum=0)
+
 # --- Celery -----------------------------------------------------------------------------
 _broker_url = env.raw("CELERY_BROKER_URL")
 if _broker_url is None:
@@ -238,7 +244,24 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(PORTAL_SYNC_INTERVAL),
         "options": {"expires": float(PORTAL_SYNC_INTERVAL)},
     },
+    "vmrequests-reconcile": {
+        "task": "vmrequests.reconcile",
+        "schedule": float(PORTAL_RECONCILE_INTERVAL),
+        "options": {"expires": float(PORTAL_RECONCILE_INTERVAL)},
+    },
 }
+
+# --- email ------------------------------------------------------------------------------
+# Notifications (vmrequests/notifications.py) go through Django's mail API (the default mailer);
+# by default they are printed on the console. EMAIL_URL: smtp://user:password@host:port,
+# smtp+tls://, smtp+ssl://, consolemail://, filemail:////dir, memorymail://, dummymail://
+# (portal/env.py Env.mailer). Django 6.1's MAILERS replaces the deprecated EMAIL_* settings.
+# Production defaults to an SMTP relay on localhost (Django's historical default): the console
+# backend is a development-only backend that `check --deploy` refuses (mail.E001).
+MAILERS = {"default": env.mailer("EMAIL_URL", "smtp://localhost:25" if PRODUCTION else "consolemail://")}
+DEFAULT_FROM_EMAIL = SERVER_EMAIL = env.email_address("PORTAL_EMAIL_FROM", "gpu-portal@localhost")
+# Links in emails: the portal's external URL, no trailing slash.
+PORTAL_BASE_URL = env.http_url("PORTAL_BASE_URL", "http://127.0.0.1:8000")
 
 # --- REST framework ---------------------------------------------------------------------
 # Tokens: django-rest-knox (hashed storage, expiry). Token auth comes first so that an

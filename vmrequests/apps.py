@@ -7,3 +7,14 @@ class VmrequestsConfig(AppConfig):
 
     name = "vmrequests"
     verbose_name = _("VM requests")
+
+    def ready(self) -> None:
+        """Connect the receivers of ``request_transitioned`` (sent after each transition commits)."""
+        from vmrequests import notifications
+        from vmrequests.models import VMRequest, request_transitioned
+
+        request_transitioned.connect(
+            notifications.on_request_transitioned,
+            sender=VMRequest,
+            dispatch_uid="vmrequests.notifications",
+        )

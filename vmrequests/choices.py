@@ -62,10 +62,27 @@ class EventAction(models.TextChoices):
     MARK_FAILED = "mark_failed", _("failed")
     START_DELETION = "start_deletion", _("deletion started")
     MARK_DELETED = "mark_deleted", _("deleted")
+    LEASE_WARNING = "lease_warning", _("lease warning sent")
+    EXTENSION_REQUEST = "extension_request", _("lease extension requested")
+    EXTENSION_APPROVE = "extension_approve", _("lease extension approved")
+    EXTENSION_REJECT = "extension_reject", _("lease extension rejected")
     NOTE = "note", _("note")
 
 
 S = VMRequestStatus
+
+#: The verb of each status-changing action, for "Request #7 is rejected; it cannot be approved."
+ACTION_VERB = {
+    EventAction.APPROVE: _("approved"),
+    EventAction.AUTO_APPROVE: _("approved"),
+    EventAction.REJECT: _("rejected"),
+    EventAction.CANCEL: _("cancelled"),
+    EventAction.START_PROVISIONING: _("provisioned"),
+    EventAction.MARK_RUNNING: _("marked running"),
+    EventAction.MARK_FAILED: _("marked failed"),
+    EventAction.START_DELETION: _("deleted"),
+    EventAction.MARK_DELETED: _("marked deleted"),
+}
 
 #: Requests that hold (or are about to hold) GPU devices: counted against quotas.
 OPEN_STATES = frozenset({S.APPROVED, S.PROVISIONING, S.RUNNING})

@@ -27,6 +27,7 @@ from django.utils.translation import gettext_lazy as _
 from gpuinventory.models import Reservation
 from gpuinventory.naming import parse_vgpu_type
 from vmrequests.choices import (
+    ACTION_VERB,
     LIVE_STATES,
     OPEN_STATES,
     STATUS_BADGE,
@@ -68,7 +69,7 @@ class TransitionError(Exception):
         self.request_id = request_id
         self.action = action
         self.current = current
-        label = EventAction(action).label if action in EventAction.values else action
+        label = ACTION_VERB.get(EventAction(action), action) if action in EventAction.values else action
         status = VMRequestStatus(current).label if current in VMRequestStatus.values else current
         super().__init__(
             _("Request #%(id)s is %(status)s; it cannot be %(action)s.")
@@ -399,6 +400,12 @@ class VMRequest(models.Model):
         _("deletion reason"), max_length=20, choices=DeletionReason.choices, blank=True
     )
     lease_end = models.DateTimeField(_("lease end"), null=True, blank=True)
+    lease_warning_sent_at = models.DateTimeField(null=True, blank=True)
+    extension_days_requested = models.PositiveIntegerField(
+        _("extension requested (days)"), null=True, blank=True
+    )
+    extension_reason = models.TextField(_("extension reason"), blank=True)
+    vmi_created_at = models.DateTimeField(_("VMI created at"), null=True, blank=True)
     created = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
     updated = models.DateTimeField(_("updated"), auto_now=True)
 

@@ -429,7 +429,7 @@ def check_request(
         same = (o.resource_name and o.resource_name == resource_name) or (
             not resource_name and o.vgpu_type == vgpu_type
         )
-        counts = range(count - 1, 0, -1) if same else [min(count, o.per_vm_limit)]
+        counts = range(min(count - 1, o.per_vm_limit), 0, -1) if same else [min(count, o.per_vm_limit)]
         for n in counts:
             p = find_placement(mode, o.resource_name, o.vgpu_type, n, snap)
             if p.fits and all(

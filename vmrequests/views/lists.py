@@ -1,21 +1,356 @@
-"""Request lists, detail and approval queue (placeholder until they land)."""
+"""Request lists, the request page (timeline, live status), the approval queue and the actions.
+
+Visibility is ``VMRequest.objects.visible_to(user)`` everywhere: a request the user may not see
+is a 404 (outsiders never learn it exists), also for the status partial and the actions. Who may
+decide is ``VMRequest.objects.decidable_by(user)``; the approval service re-checks it
+(``approval.NotAllowed`` → 403 for someone who can see the request but not decide it).
+
+The approval queue checks every pending request against ONE ``CapacitySnapshot`` and ONE
+``QuotaBook``, so its query count does not grow with the number of requests.
+"""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.views import View
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST, require_safe
+from django_htmx.http import HttpResponseStopPolling
+
+from gpuinventory.capacity import CapacitySnapshot
+from portal.views_mixins import FilteredTableListMixin
+from vmrequests import approval
+from vmrequests.approval import ApprovalRefused, NotAllowed
+from vmrequests.choices import TRANSITIONS, EventAction, VMRequestStatus
+from vmrequests.filtersets import VMRequestFilterSet
+from vmrequests.models import TransitionError, VMRequest, VMRequestEvent
+from vmrequests.placement import QuotaBook, Verdict, check_request
+from vmrequests.roles import APPROVE_PERMISSION
+from vmrequests.sshkeys import describe_ssh_key
+from vmrequests.tables import VMRequestTable
+
+#: Statuses a request can be cancelled from (``choices.TRANSITIONS``).
+CANCELLABLE = TRANSITIONS[EventAction.CANCEL][0]
+#: Statuses a request can be approved or rejected from.
+DECIDABLE = TRANSITIONS[EventAction.APPROVE][0]
 
 
-class VMRequestListView(View):
-    pass
+def can_approve(user: Any) -> bool:
+    """True when ``user`` holds the approve permission (admins hold every permission)."""
+    return bool(getattr(user, "is_authenticated", False) and user.has_perm(APPROVE_PERMISSION))
 
 
-class MyVMRequestListView(View):
-    pass
+def forbidden(request: HttpRequest, reason: str) -> HttpResponse:
+    """The 403 page with ``reason`` (rendered, not raised: an ordinary refusal logs no traceback)."""
+    return render(request, "403.html", {"exception": reason}, status=403)
 
 
-def _todo(request: HttpRequest, pk: int = 0) -> HttpResponse:
-    raise NotImplementedError
+# --- lists -------------------------------------------------------------------------------------
 
 
-approval_queue = vmrequest = vmrequest_status = vmrequest_approve = vmrequest_reject = vmrequest_cancel = _todo
+class VMRequestListView(FilteredTableListMixin):
+    """Every request the user may see (``visible_to``), with filters, sorting and pagination.
+
+    "All requests" for approvers and admins, "Team requests" for the others (their own and their
+    teams' requests).
+    """
+
+    filterset_class = VMRequestFilterSet
+    table_class = VMRequestTable
+    template_name = "vmrequests/vmrequest_list.html"
+
+    def base_queryset(self) -> QuerySet[VMRequest]:
+        """The requests this list shows before filtering."""
+        return VMRequest.objects.visible_to(self.request.user)
+
+    def get_queryset(self) -> QuerySet[VMRequest]:
+        """``base_queryset`` with the rows the table shows joined (fixed query count)."""
+        return self.base_queryset().select_related("requester", "team", "image")
+
+    def get_title(self) -> str:
+        """The page heading."""
+        return _("All requests") if can_approve(self.request.user) else _("Team requests")
+
+    def get_extra_context(self, partial: str | None) -> dict[str, Any]:
+        """The heading (the table partial needs nothing more)."""
+        return {"title": self.get_title()}
+
+
+class MyVMRequestListView(VMRequestListView):
+    """The user's own requests (same filters and table)."""
+
+    def base_queryset(self) -> QuerySet[VMRequest]:
+        """Only the requests the user is the requester of."""
+        return VMRequest.objects.filter(requester_id=self.request.user.pk)
+
+    def get_title(self) -> str:
+        """The page heading."""
+        return _("My requests")
+
+
+# --- request page ------------------------------------------------------------------------------
+
+
+def ssh_key_summary(key: str) -> str:
+    """The key for display: type, size, comment and fingerprint (``sshkeys.describe_ssh_key``);
+    for a stored key that no longer validates, its type and comment as pasted."""
+    try:
+        return describe_ssh_key(key)
+    except ValidationError:
+        tokens = key.split()
+        return " ".join([tokens[0], *tokens[2:]]) if tokens else ""
+
+
+def placement_text(placement: dict[str, Any]) -> str:
+    """``Placement.as_json()`` (stored in an approval event's data) in words."""
+    reprofile = placement.get("reprofile")
+    if isinstance(reprofile, dict):
+        return _(
+            "Placement: re-profile node %(node)s from vGPU config %(old)s to %(new)s (%(n)s instances)."
+        ) % {
+            "node": reprofile.get("node", ""),
+            "old": reprofile.get("from") or _("(default)"),
+            "new": reprofile.get("to", ""),
+            "n": reprofile.get("instances", ""),
+        }
+    if not placement.get("fits", True):
+        return _("Placement: does not fit (%(reason)s).") % {"reason": placement.get("reason", "")}
+    return _("Placement: node %(node)s, %(resource)s.") % {
+        "node": placement.get("node", ""),
+        "resource": placement.get("resource_name") or "—",
+    }
+
+
+def event_details(event: VMRequestEvent) -> list[str]:
+    """Extra lines of a timeline entry from its ``data``: placement and quota lines of an
+    approval, who filed a request on the requester's behalf, node and IP when it started."""
+    data = event.data if isinstance(event.data, dict) else {}
+    lines: list[str] = []
+    if isinstance(data.get("placement"), dict):
+        lines.append(placement_text(data["placement"]))
+    for quota in data.get("quotas") or []:
+        lines.append(_("Quota: %(quota)s") % {"quota": quota})
+    if data.get("submitted_by"):
+        lines.append(_("Filed by %(user)s on the requester's behalf.") % {"user": data["submitted_by"]})
+    if event.action == EventAction.MARK_RUNNING and data.get("node"):
+        lines.append(
+            _("Node %(node)s, IP %(ip)s.") % {"node": data["node"], "ip": data.get("ip") or _("unknown")}
+        )
+    return lines
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One event of the request page with its extra lines."""
+
+    event: VMRequestEvent
+    details: list[str]
+
+
+def connect_commands(req: VMRequest) -> list[str]:
+    """How to reach a running VM with ``virtctl`` (``[]`` unless running)."""
+    if req.status != VMRequestStatus.RUNNING or not req.vmi_name:
+        return []
+    return [
+        f"virtctl ssh {req.image.login_user}@vmi/{req.vmi_name} -n {req.vmi_namespace}",
+        f"virtctl console {req.vmi_name} -n {req.vmi_namespace}",
+    ]
+
+
+def queue_verdict(req: VMRequest, snapshot: CapacitySnapshot, book: QuotaBook) -> Verdict:
+    """Capacity and quota check of a pending request as approving it now would see it."""
+    return check_request(
+        req.team,
+        req.mode,
+        req.resource_name,
+        req.vgpu_type,
+        req.device_count,
+        exclude_pk=req.pk,
+        snapshot=snapshot,
+        book=book,
+        with_alternatives=False,
+    )
+
+
+@require_safe
+def vmrequest(request: HttpRequest, pk: int) -> HttpResponse:
+    """One request: what was asked, the decision, where it runs and how to connect, the timeline,
+    and the actions the user may take. 404 when the user may not see it."""
+    req = get_object_or_404(
+        VMRequest.objects.visible_to(request.user).select_related(
+            "requester", "submitted_by", "team", "image", "decided_by"
+        ),
+        pk=pk,
+    )
+    events = list(req.events.select_related("actor").order_by("created", "pk"))
+    open_to_action = req.status in CANCELLABLE
+    decider = open_to_action and VMRequest.objects.decidable_by(request.user).filter(pk=req.pk).exists()
+    may_decide = decider and req.status in DECIDABLE
+    verdict = None
+    if may_decide:
+        verdict = queue_verdict(req, CapacitySnapshot(), QuotaBook([req.team_id]))
+    context = {
+        "req": req,
+        "poll": not req.is_terminal,
+        "shown": req.status,
+        "timeline": [TimelineEntry(e, event_details(e)) for e in events],
+        "ssh_key": ssh_key_summary(req.ssh_public_key),
+        "connect": connect_commands(req),
+        "may_decide": may_decide,
+        "may_cancel": open_to_action and (req.requester_id == request.user.pk or decider),
+        "verdict": verdict,
+        "lease_end_if_started": req.lease_end_if_started() if req.lease_end is None else None,
+    }
+    return render(request, "vmrequests/vmrequest.html", context)
+
+
+@require_safe
+def vmrequest_status(request: HttpRequest, pk: int) -> HttpResponse:
+    """The status badge alone, polled by the request page every 3 s.
+
+    Answers 286 (htmx: stop polling) with the final badge once the request is terminal. When the
+    status differs from the one the page shows (``?shown=``), an htmx request also gets
+    ``HX-Refresh`` so the page reloads with the new facts and timeline. 404 when not visible.
+    """
+    req = get_object_or_404(VMRequest.objects.visible_to(request.user), pk=pk)
+    shown = request.GET.get("shown", "")
+    poll = not req.is_terminal
+    html = render_to_string(
+        "vmrequests/inc/status_badge.html",
+        {"req": req, "poll": poll, "shown": shown or req.status},
+        request=request,
+    )
+    response = HttpResponse(html) if poll else HttpResponseStopPolling(html)
+    if getattr(request, "htmx", False) and shown and shown != req.status:
+        response["HX-Refresh"] = "true"
+    return response
+
+
+# --- approval queue ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One pending request of the queue with its verdict and the lease end if started now."""
+
+    req: VMRequest
+    verdict: Verdict
+    lease_end: datetime
+
+
+@require_safe
+def approval_queue(request: HttpRequest) -> HttpResponse:
+    """Pending requests the user may decide, oldest first, each with where it would run now (or
+    which idle node would be re-profiled), the team's quota after approval, problems when it
+    does not fit, and the lease end if started now. Approvers only (others: 403)."""
+    if not can_approve(request.user):
+        return forbidden(request, _("Only approvers can see the approval queue."))
+    pending = list(
+        VMRequest.objects.decidable_by(request.user)
+        .filter(status=VMRequestStatus.SUBMITTED)
+        .select_related("requester", "team", "image")
+        .order_by("created", "pk")
+    )
+    rows: list[QueueRow] = []
+    if pending:
+        snapshot = CapacitySnapshot()
+        book = QuotaBook(r.team_id for r in pending)
+        rows = [QueueRow(r, queue_verdict(r, snapshot, book), r.lease_end_if_started()) for r in pending]
+    return render(
+        request,
+        "vmrequests/approval_queue.html",
+        {"rows": rows, "queue_url": reverse("vmrequests:approval_queue")},
+    )
+
+
+# --- actions -----------------------------------------------------------------------------------
+
+
+def _visible_or_404(request: HttpRequest, pk: int) -> VMRequest:
+    return get_object_or_404(
+        VMRequest.objects.visible_to(request.user).select_related("team", "requester"), pk=pk
+    )
+
+
+def _back(request: HttpRequest, req: VMRequest) -> HttpResponseRedirect:
+    """Redirect to the POSTed ``next`` when it is a safe URL on this site, else the request page."""
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        target = req.get_absolute_url()
+    return HttpResponseRedirect(target)
+
+
+@require_POST
+def vmrequest_approve(request: HttpRequest, pk: int) -> HttpResponse:
+    """Approve with an optional ``note``: re-checks capacity and quota and reserves the devices.
+
+    404 when not visible, 403 when the user may not decide it; a request that no longer fits or
+    was already decided is reported as a message and nothing changes.
+    """
+    req = _visible_or_404(request, pk)
+    note = request.POST.get("note", "").strip()
+    try:
+        placement = approval.approve(req, request.user, note)
+    except NotAllowed as exc:
+        return forbidden(request, str(exc))
+    except ApprovalRefused as exc:
+        messages.error(
+            request,
+            _("Request #%(id)s was not approved: %(why)s")
+            % {"id": req.pk, "why": " ".join(exc.verdict.problems())},
+        )
+    except TransitionError as exc:
+        messages.warning(request, str(exc))
+    else:
+        messages.success(
+            request, _("Request #%(id)s approved. %(where)s") % {"id": req.pk, "where": placement.describe()}
+        )
+    return _back(request, req)
+
+
+@require_POST
+def vmrequest_reject(request: HttpRequest, pk: int) -> HttpResponse:
+    """Reject with a required ``reason``. 404 when not visible, 403 when the user may not decide
+    it; a blank reason or an already decided request is reported and nothing changes."""
+    req = _visible_or_404(request, pk)
+    reason = request.POST.get("reason", "").strip()
+    try:
+        approval.reject(req, request.user, reason)
+    except NotAllowed as exc:
+        return forbidden(request, str(exc))
+    except ValueError:
+        messages.error(request, _("Request #%(id)s was not rejected: give a reason.") % {"id": req.pk})
+    except TransitionError as exc:
+        messages.warning(request, str(exc))
+    else:
+        messages.success(request, _("Request #%(id)s rejected.") % {"id": req.pk})
+    return _back(request, req)
+
+
+@require_POST
+def vmrequest_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    """Cancel (the requester or a decider, while submitted or approved) with an optional ``note``;
+    frees any reservation. 404 when not visible, 403 for other team members."""
+    req = _visible_or_404(request, pk)
+    note = request.POST.get("note", "").strip()
+    try:
+        approval.cancel(req, request.user, note)
+    except NotAllowed as exc:
+        return forbidden(request, str(exc))
+    except TransitionError as exc:
+        messages.warning(request, str(exc))
+    else:
+        messages.success(request, _("Request #%(id)s cancelled.") % {"id": req.pk})
+    return _back(request, req)

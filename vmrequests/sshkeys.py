@@ -1,0 +1,196 @@
+"""SSH public keys pasted into the request form: validated with ``cryptography``, never by hand.
+
+The key ends up in the VM's cloud-init ``ssh_authorized_keys``, so it must be exactly one plain
+public key in OpenSSH format (``type base64 [comment]``, one line). Refused, each with its own
+message: an empty field, a private key (PEM/OpenSSH ``-----BEGIN ... PRIVATE KEY-----`` or a PuTTY
+``.ppk``), several keys, ``authorized_keys`` options before the key (``command="..."``,
+``no-pty``, ...: the portal decides what the key may do), RFC 4716 (``---- BEGIN SSH2 PUBLIC KEY
+----``) and certificates, a body that does not parse, DSA (``ssh-dss``: OpenSSH 7.0+ disables it
+by default) and RSA keys shorter than 2048 bits (NIST SP 800-131A; OpenSSH 8.8+ refuses < 1024).
+Accepted: ``ssh-ed25519``, ``ecdsa-sha2-nistp256/384/521``, ``ssh-rsa`` ≥ 2048 bits, and the
+FIDO security-key types ``sk-ssh-ed25519@openssh.com`` / ``sk-ecdsa-sha2-nistp256@openssh.com``
+(``cryptography`` ≥ 45 loads them).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from dataclasses import dataclass
+
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from django.core.exceptions import ValidationError
+from django.utils.translation import gettext as _
+
+#: Smallest RSA modulus accepted (bits).
+MIN_RSA_BITS = 2048
+
+#: Accepted key types → the name ``ssh-keygen -l`` prints for them.
+ACCEPTED_TYPES = {
+    "ssh-ed25519": "ED25519",
+    "ecdsa-sha2-nistp256": "ECDSA",
+    "ecdsa-sha2-nistp384": "ECDSA",
+    "ecdsa-sha2-nistp521": "ECDSA",
+    "ssh-rsa": "RSA",
+    "sk-ssh-ed25519@openssh.com": "ED25519-SK",
+    "sk-ecdsa-sha2-nistp256@openssh.com": "ECDSA-SK",
+}
+#: Refused key types (recognised, so the message can say why).
+DSA_TYPE = "ssh-dss"
+KNOWN_TYPES = frozenset({*ACCEPTED_TYPES, DSA_TYPE})
+
+
+@dataclass(frozen=True)
+class SshKeyInfo:
+    """A validated public key.
+
+    Attributes:
+        key_type: e.g. ``"ssh-ed25519"``. blob: the base64 body as pasted (validated).
+        comment: the rest of the line, whitespace collapsed (``""`` when none).
+        bits: key size in bits (RSA modulus, EC curve size, 256 for Ed25519).
+    """
+
+    key_type: str
+    blob: str
+    comment: str
+    bits: int
+
+    @property
+    def normalized(self) -> str:
+        """``"type base64 [comment]"`` on one line."""
+        return " ".join(p for p in (self.key_type, self.blob, self.comment) if p)
+
+    @property
+    def fingerprint(self) -> str:
+        """``"SHA256:<base64 of SHA-256 of the key blob, no padding>"`` (as ``ssh-keygen -l``)."""
+        digest = hashlib.sha256(base64.b64decode(self.blob)).digest()
+        return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
+
+
+def _is_private_key(text: str) -> bool:
+    if "PuTTY-User-Key-File" in text:
+        return True
+    return any(
+        line.strip().startswith("-----BEGIN") and "PRIVATE KEY-----" in line for line in text.splitlines()
+    )
+
+
+def _key_bits(key: object) -> int:
+    if isinstance(key, rsa.RSAPublicKey | ec.EllipticCurvePublicKey):
+        return key.key_size
+    if isinstance(key, ed25519.Ed25519PublicKey):
+        return 256
+    return 0  # pragma: no cover - only the types above load for ACCEPTED_TYPES
+
+
+def parse_ssh_public_key(text: str) -> SshKeyInfo:
+    """Validate one pasted OpenSSH public key and return what it is.
+
+    Args:
+        text: what the user pasted (surrounding whitespace and line breaks are ignored).
+
+    Returns:
+        ``SshKeyInfo``.
+
+    Raises:
+        ValidationError: with a translated message and a code: ``empty``, ``private``,
+            ``multiple``, ``options``, ``rfc4716``, ``certificate``, ``unknown_type``,
+            ``invalid``, ``dsa``, ``rsa_too_short``.
+    """
+    text = (text or "").strip()
+    if not text:
+        raise ValidationError(_("Paste your SSH public key."), code="empty")
+    if _is_private_key(text):
+        raise ValidationError(
+            _(
+                "This is a PRIVATE key: never share it. Paste the public key instead (the .pub file, "
+                "e.g. ~/.ssh/id_ed25519.pub), and consider this private key exposed."
+            ),
+            code="private",
+        )
+    if text.startswith("---- BEGIN SSH2 PUBLIC KEY"):
+        raise ValidationError(
+            _(
+                "This key is in RFC 4716 (SSH2) format. Convert it to one OpenSSH line with "
+                "“ssh-keygen -i -f key.pub” and paste that."
+            ),
+            code="rfc4716",
+        )
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) > 1:
+        raise ValidationError(_("Paste exactly one public key, on one line."), code="multiple")
+    tokens = text.split()
+    key_type = tokens[0]
+    if key_type not in KNOWN_TYPES:
+        if any(t in KNOWN_TYPES for t in tokens[1:]):
+            raise ValidationError(
+                _(
+                    "authorized_keys options are not allowed: paste only the key, starting with its "
+                    "type (e.g. ssh-ed25519)."
+                ),
+                code="options",
+            )
+        if "-cert-v01@openssh.com" in key_type:
+            raise ValidationError(
+                _("SSH certificates are not accepted: paste the plain public key."), code="certificate"
+            )
+        raise ValidationError(
+            _("Unsupported key type “%(type)s”. Use one of: %(types)s.")
+            % {"type": key_type[:60], "types": ", ".join(ACCEPTED_TYPES)},
+            code="unknown_type",
+        )
+    if key_type == DSA_TYPE:
+        raise ValidationError(
+            _("DSA keys (ssh-dss) are insecure and disabled by OpenSSH. Use an Ed25519 key."), code="dsa"
+        )
+    if len(tokens) < 2:
+        raise ValidationError(_("The key is incomplete: its base64 body is missing."), code="invalid")
+    if any(t in KNOWN_TYPES for t in tokens[2:]):
+        raise ValidationError(_("Paste exactly one public key, on one line."), code="multiple")
+    blob = tokens[1]
+    try:
+        base64.b64decode(blob, validate=True)
+        key = serialization.load_ssh_public_key(f"{key_type} {blob}".encode("ascii"))
+    except (ValueError, UnsupportedAlgorithm, binascii.Error, UnicodeEncodeError):
+        raise ValidationError(
+            _("This is not a valid %(type)s public key: the key body does not parse (was it cut off?).")
+            % {"type": key_type},
+            code="invalid",
+        ) from None
+    bits = _key_bits(key)
+    if key_type == "ssh-rsa" and bits < MIN_RSA_BITS:
+        raise ValidationError(
+            _("This RSA key has %(bits)s bits; at least %(min)s are required. Use an Ed25519 key.")
+            % {"bits": bits, "min": MIN_RSA_BITS},
+            code="rsa_too_short",
+        )
+    return SshKeyInfo(key_type=key_type, blob=blob, comment=" ".join(tokens[2:]), bits=bits)
+
+
+def validate_ssh_public_key(text: str) -> str:
+    """Validate one pasted OpenSSH public key (module docstring for the rules).
+
+    Returns:
+        The normalised key ``"type base64 [comment]"`` on one line.
+
+    Raises:
+        ValidationError: why the key is refused (``parse_ssh_public_key``).
+    """
+    return parse_ssh_public_key(text).normalized
+
+
+def describe_ssh_key(text: str) -> str:
+    """A key for display: ``"ED25519 (256 bits) analyst@laptop, SHA256:<fingerprint>"``
+    (``"RSA (3072 bits), SHA256:..."`` when there is no comment).
+
+    Raises:
+        ValidationError: the key is refused (``parse_ssh_public_key``).
+    """
+    info = parse_ssh_public_key(text)
+    head = _("%(kind)s (%(bits)s bits)") % {"kind": ACCEPTED_TYPES[info.key_type], "bits": info.bits}
+    if info.comment:
+        head = f"{head} {info.comment}"
+    return f"{head}, {info.fingerprint}"
