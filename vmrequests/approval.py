@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
@@ -19,7 +20,7 @@ from django.utils.translation import gettext as _
 
 from gpuinventory.capacity import CapacitySnapshot
 from gpuinventory.models import GpuNode, Reservation
-from vmrequests.choices import VMRequestStatus
+from vmrequests.choices import DeletionReason, EventAction, VMRequestStatus
 from vmrequests.models import (
     AutoApprovalRule,
     Team,
@@ -172,12 +173,26 @@ def approve(req: VMRequest, by: Any, note: str = "") -> Placement:
     return _approve_locked(req, by=by, note=note, rule=None)
 
 
-def _approve_locked(req: VMRequest, *, by: Any, note: str, rule: AutoApprovalRule | None) -> Placement:
+def retry(req: VMRequest, by: Any, note: str = "") -> Placement:
+    """Approve a failed request again: re-check capacity and quota, reserve, provision anew.
+
+    Raises:
+        NotAllowed, TransitionError (not failed), ApprovalRefused (no longer fits).
+    """
+    if not can_decide(by, req):
+        raise NotAllowed(_("You are not an approver of team %(team)s.") % {"team": req.team})
+    return _approve_locked(req, by=by, note=note, rule=None, retry=True)
+
+
+def _approve_locked(
+    req: VMRequest, *, by: Any, note: str, rule: AutoApprovalRule | None, retry: bool = False
+) -> Placement:
+    expected = VMRequestStatus.FAILED if retry else VMRequestStatus.SUBMITTED
     with transaction.atomic():
         _approval_lock()
         current = VMRequest.objects.select_for_update().get(pk=req.pk)
-        if current.status != VMRequestStatus.SUBMITTED:
-            raise TransitionError(req.pk, "approve", current.status)
+        if current.status != expected:
+            raise TransitionError(req.pk, "retry" if retry else "approve", current.status)
         snap = CapacitySnapshot()
         verdict = check_request(
             current.team,
@@ -209,10 +224,14 @@ def _approve_locked(req: VMRequest, *, by: Any, note: str, rule: AutoApprovalRul
         data = {"placement": placement.as_json(), "quotas": [q.describe() for q in verdict.quotas]}
         if rule is not None:
             current.approve_by_policy(rule, data=data)
+        elif retry:
+            current.retry(by, note, data=data)
         else:
             current.approve(by, note, data=data)
         if placement.resource_name and not current.resource_name:
             VMRequest.objects.filter(pk=current.pk).update(resource_name=placement.resource_name)
+        pk = current.pk
+        transaction.on_commit(lambda: _enqueue("provision", pk))
     req.refresh_from_db()
     log.info(
         "request approved",
@@ -241,3 +260,100 @@ def cancel(req: VMRequest, by: Any, note: str = "") -> None:
     if by != req.requester and not can_decide(by, req):
         raise NotAllowed(_("Only the requester or an approver of the team can cancel this request."))
     req.cancel(by, note)
+
+
+def _enqueue(task: str, request_id: int) -> None:
+    """Send a provisioning task (called on commit). A broker outage is logged, not raised: the
+    request is already committed and ``reconcile`` enqueues it again once the broker is back."""
+    from vmrequests import tasks
+
+    try:
+        getattr(tasks, task).delay(request_id)
+    except Exception:
+        log.exception("could not enqueue %s", task, extra={"request_id": request_id})
+
+
+def release(req: VMRequest, by: Any, note: str = "") -> None:
+    """The requester (or an approver of the team) ends a running VM early: running or
+    provisioning → deleting (released); the worker deletes the VMI, then the request is deleted.
+
+    Raises:
+        NotAllowed, TransitionError.
+    """
+    if by != req.requester and not can_decide(by, req):
+        raise NotAllowed(_("Only the requester or an approver of the team can release this VM."))
+    req.start_deletion(DeletionReason.RELEASED, by=by, note=note)
+    pk = req.pk
+    transaction.on_commit(lambda: _enqueue("delete_vmi", pk))
+
+
+def terminate(req: VMRequest, by: Any, note: str) -> None:
+    """An approver ends a VM: running or provisioning → deleting (terminated), with a reason.
+
+    Raises:
+        NotAllowed, TransitionError, ValueError (blank reason).
+    """
+    if not can_decide(by, req):
+        raise NotAllowed(_("You are not an approver of team %(team)s.") % {"team": req.team})
+    if not note.strip():
+        raise ValueError("terminating a VM needs a reason")
+    req.start_deletion(DeletionReason.TERMINATED, by=by, note=note)
+    pk = req.pk
+    transaction.on_commit(lambda: _enqueue("delete_vmi", pk))
+
+
+def request_extension(req: VMRequest, by: Any, days: int, reason: str) -> None:
+    """The requester asks for ``days`` more lease on a running VM (an approver decides).
+
+    Raises:
+        NotAllowed (not the requester), TransitionError (not running), ValueError (days out of
+        the team's maximum lease, or an extension already pending).
+    """
+    if by != req.requester:
+        raise NotAllowed(_("Only the requester can ask for a longer lease."))
+    if days < 1 or days > req.team.max_lease_days:
+        raise ValueError(_("Ask for 1 to %(max)s days.") % {"max": req.team.max_lease_days})
+    with transaction.atomic():
+        updated = VMRequest.objects.filter(
+            pk=req.pk, status=VMRequestStatus.RUNNING, extension_days_requested__isnull=True
+        ).update(extension_days_requested=days, extension_reason=reason)
+        if not updated:
+            current = VMRequest.objects.get(pk=req.pk)
+            if current.status != VMRequestStatus.RUNNING:
+                raise TransitionError(req.pk, "extension_request", current.status)
+            raise ValueError(_("An extension is already waiting for an approver."))
+        req.extension_days_requested, req.extension_reason = days, reason
+        req.record(
+            EventAction.EXTENSION_REQUEST,
+            reason,
+            actor=by,
+            data={"days": days},
+        )
+
+
+def decide_extension(req: VMRequest, by: Any, *, approve: bool, note: str = "") -> None:
+    """An approver grants (the lease end moves by the requested days, the warning re-arms) or
+    refuses the pending extension.
+
+    Raises:
+        NotAllowed, ValueError (no extension pending or not running).
+    """
+    if not can_decide(by, req):
+        raise NotAllowed(_("You are not an approver of team %(team)s.") % {"team": req.team})
+    with transaction.atomic():
+        current = VMRequest.objects.select_for_update().get(pk=req.pk)
+        days = current.extension_days_requested
+        if days is None or current.status != VMRequestStatus.RUNNING or current.lease_end is None:
+            raise ValueError(_("There is no lease extension waiting for a decision."))
+        fields: dict[str, Any] = {"extension_days_requested": None, "extension_reason": ""}
+        if approve:
+            fields.update(lease_end=current.lease_end + timedelta(days=days), lease_warning_sent_at=None)
+        VMRequest.objects.filter(pk=req.pk).update(**fields)
+        for name, value in fields.items():
+            setattr(req, name, value)
+        req.record(
+            EventAction.EXTENSION_APPROVE if approve else EventAction.EXTENSION_REJECT,
+            note,
+            actor=by,
+            data={"days": days, "lease_end": req.lease_end.isoformat() if req.lease_end else None},
+        )

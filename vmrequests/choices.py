@@ -7,6 +7,7 @@ The status machine (issue "VM requests and approvals")::
     submitted | approved → cancelled
     provisioning | running → failed
     provisioning → deleting              (terminated before it ran)
+    failed → approved                    (an approver retries it; capacity re-checked, re-reserved)
     running → deleted                    (the VMI disappeared outside the portal)
 
 ``TRANSITIONS`` is the table every status change is checked against.
@@ -66,6 +67,7 @@ class EventAction(models.TextChoices):
     EXTENSION_REQUEST = "extension_request", _("lease extension requested")
     EXTENSION_APPROVE = "extension_approve", _("lease extension approved")
     EXTENSION_REJECT = "extension_reject", _("lease extension rejected")
+    RETRY = "retry", _("approved again after a failure")
     NOTE = "note", _("note")
 
 
@@ -82,6 +84,7 @@ ACTION_VERB = {
     EventAction.MARK_FAILED: _("marked failed"),
     EventAction.START_DELETION: _("deleted"),
     EventAction.MARK_DELETED: _("marked deleted"),
+    EventAction.RETRY: _("retried"),
 }
 
 #: Requests that hold (or are about to hold) GPU devices: counted against quotas.
@@ -102,6 +105,7 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str]] = {
     EventAction.MARK_FAILED: (frozenset({S.PROVISIONING, S.RUNNING}), S.FAILED),
     EventAction.START_DELETION: (frozenset({S.PROVISIONING, S.RUNNING}), S.DELETING),
     EventAction.MARK_DELETED: (frozenset({S.DELETING, S.RUNNING}), S.DELETED),
+    EventAction.RETRY: (frozenset({S.FAILED}), S.APPROVED),
 }
 
 #: Badge tone per status: CSS class ``badge tone-<tone>`` (static/css/portal.css).

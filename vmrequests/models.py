@@ -561,6 +561,25 @@ class VMRequest(models.Model):
             fields={"decided_by_policy": True, "decided_at": timezone.now(), "decision_note": note},
         )
 
+    def retry(self, by: Any, note: str = "", *, data: dict[str, Any] | None = None) -> VMRequestEvent:
+        """failed → approved again (call through ``vmrequests.approval.retry``, which re-checks
+        capacity and quota and reserves again); clears the failure and the VMI creation time."""
+        return self._transition(
+            EventAction.RETRY,
+            actor=by,
+            message=note,
+            data=data,
+            fields={
+                "decided_by": by,
+                "decided_at": timezone.now(),
+                "decision_note": note,
+                "failure_reason": "",
+                "vmi_created_at": None,
+                "node_name": "",
+                "ip_address": None,
+            },
+        )
+
     def reject(self, by: Any, reason: str) -> VMRequestEvent:
         """submitted → rejected. ``reason`` is required.
 

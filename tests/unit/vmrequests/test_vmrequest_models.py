@@ -114,13 +114,14 @@ LEGAL = [
     ("start_deletion", S.RUNNING),
     ("mark_deleted", S.DELETING),
     ("mark_deleted", S.RUNNING),
+    ("retry", S.FAILED),
 ]
 ILLEGAL = [(a, s) for a in TRANSITIONS for s in S.values if (a, s) not in LEGAL]
 
 
 def test_the_legal_list_is_the_transition_table() -> None:
     assert sorted(LEGAL) == sorted((str(a), str(s)) for a, (froms, _to) in TRANSITIONS.items() for s in froms)
-    assert len(ILLEGAL) == 9 * 9 - 13
+    assert len(ILLEGAL) == 10 * 9 - 14
 
 
 def perform(action: str, req: VMRequest, p: dict[str, Any]) -> VMRequestEvent:
@@ -137,6 +138,9 @@ def perform(action: str, req: VMRequest, p: dict[str, Any]) -> VMRequestEvent:
         ),
         "start_deletion": lambda: req.start_deletion("terminated", by=p["approver"]),
         "mark_deleted": lambda: req.mark_deleted("deleted_outside", "the VMI is gone"),
+        "retry": lambda: req.retry(
+            p["approver"], "quota freed, try again", data={"placement": {"node": "v2"}}
+        ),
     }
     return calls[action]()
 
@@ -195,6 +199,19 @@ EXPECTED: dict[str, tuple[str | None, str, str, dict[str, Any], dict[str, Any]]]
         {"deletion_reason": "terminated"},
     ),
     "mark_deleted": (None, "worker", "the VMI is gone", {}, {"deletion_reason": "deleted_outside"}),
+    "retry": (
+        "approver",
+        "",
+        "quota freed, try again",
+        {"placement": {"node": "v2"}},
+        {
+            "decided_by_id": "approver",
+            "decided_at": NOW,
+            "decision_note": "quota freed, try again",
+            "failure_reason": "",
+            "vmi_created_at": None,
+        },
+    ),
 }
 
 
@@ -314,6 +331,7 @@ RIVAL: dict[str, tuple[Callable[[VMRequest, dict[str, Any]], Any], str]] = {
     S.PROVISIONING: (lambda r, p: r.mark_failed("node lost"), S.FAILED),
     S.RUNNING: (lambda r, p: r.mark_failed("node lost"), S.FAILED),
     S.DELETING: (lambda r, p: r.mark_deleted(), S.DELETED),
+    S.FAILED: (lambda r, p: r.retry(p["approver"]), S.APPROVED),
 }
 
 
@@ -329,7 +347,7 @@ def test_stale_object_loses_the_race(people: dict[str, Any], action: str, from_s
     assert exc.value.current == rival_status
     assert row(stale) == before
     assert list(stale.events.values_list("action", flat=True)) == [
-        {"submitted": "cancel", "approved": "cancel", "deleting": "mark_deleted"}.get(
+        {"submitted": "cancel", "approved": "cancel", "deleting": "mark_deleted", "failed": "retry"}.get(
             from_status, "mark_failed"
         )
     ]
