@@ -200,6 +200,7 @@ PORTAL_RECONCILE_INTERVAL = env.int("PORTAL_RECONCILE_INTERVAL", 5, minimum=1)
 PORTAL_REPROFILE_TIMEOUT = env.int("PORTAL_REPROFILE_TIMEOUT", 600, minimum=10)
 PORTAL_SCHEDULING_TIMEOUT = env.int("PORTAL_SCHEDULING_TIMEOUT", 900, minimum=10)
 PORTAL_LEASE_WARNING_HOURS = env.int("PORTAL_LEASE_WARNING_HOURS", 24, minimum=0)
+PORTAL_REQUEUE_AFTER = env.int("PORTAL_REQUEUE_AFTER", 60, minimum=1)
 
 # --- Celery -----------------------------------------------------------------------------
 _broker_url = env.raw("CELERY_BROKER_URL")

@@ -54,8 +54,6 @@ VGPU_CONFIG_LABEL = "nvidia.com/vgpu.config"
 VGPU_CONFIG_STATE_LABEL = "nvidia.com/vgpu.config.state"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
-#: How long an approved request may wait for its task before reconcile enqueues it again.
-STUCK_AFTER = timedelta(seconds=60)
 #: Countdown (s) between checks while the vGPU Device Manager works.
 REPROFILE_POLL_SECONDS = 2.0
 
@@ -76,6 +74,11 @@ class Outcome:
     request_id: int
     action: str
     detail: str = ""
+
+
+def _requeue_after() -> timedelta:
+    """``PORTAL_REQUEUE_AFTER``: no progress for this long → enqueue the provisioning task again."""
+    return timedelta(seconds=settings.PORTAL_REQUEUE_AFTER)
 
 
 # --- the VMI manifest ---------------------------------------------------------------------------
@@ -451,7 +454,7 @@ def explain_unschedulable(req: VMRequest, message: str, snapshot: CapacitySnapsh
             )
             + "."
         )
-    return f"{short}{alt} ({_('scheduler')}: {message.strip()})"
+    return _("%(short)s%(alt)s (scheduler: %(message)s)") % {"short": short, "alt": alt, "message": message.strip()}
 
 
 def _reconcile_provisioning(
@@ -460,7 +463,7 @@ def _reconcile_provisioning(
     if vmi is None:
         if req.vmi_created_at is not None:
             return _fail(req, _("The VirtualMachineInstance was deleted outside the portal before it ran."))
-        if now - req.updated > STUCK_AFTER:
+        if now - req.updated > _requeue_after():
             return Outcome(req.pk, "requeue", "no VMI yet")
         return Outcome(req.pk, "waiting")
     if vmi.phase == "Running" and vmi.node_name:
@@ -579,7 +582,7 @@ def reconcile_request(
     """
     now = now or timezone.now()
     if req.status == VMRequestStatus.APPROVED:
-        return Outcome(req.pk, "requeue" if now - req.updated > STUCK_AFTER else "waiting")
+        return Outcome(req.pk, "requeue" if now - req.updated > _requeue_after() else "waiting")
     if req.status == VMRequestStatus.PROVISIONING:
         return _reconcile_provisioning(req, vmi, now, snap or CapacitySnapshot())
     if req.status == VMRequestStatus.RUNNING:
@@ -618,7 +621,12 @@ def reconcile() -> list[Outcome]:
         if vmi is not None and vmi.labels.get(REQUEST_LABEL) != str(req.pk):
             vmi = None
         try:
-            out.append(reconcile_request(req, vmi, now, snap))
+            outcome = reconcile_request(req, vmi, now, snap)
+            if outcome.action == "requeue":
+                # The next requeue waits another PORTAL_REQUEUE_AFTER: a dead worker must not
+                # find a flood of duplicate messages when it comes back.
+                VMRequest.objects.filter(pk=req.pk).update(updated=now)
+            out.append(outcome)
         except k8s.K8sTransientError:
             raise
         except k8s.K8sError as exc:
