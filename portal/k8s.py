@@ -124,6 +124,7 @@ class VmiInfo:
     ip_address: str | None = None
     created: str = ""
     deleting: bool = False
+    resource_version: str = ""
 
     def condition(self, type_: str) -> VmiCondition | None:
         """The status condition of ``type_`` (e.g. ``"PodScheduled"``, ``"Synchronized"``), if any."""
@@ -492,6 +493,7 @@ def parse_vmi(obj: Mapping[str, Any]) -> VmiInfo:
         ip_address=ips[0] if ips else None,
         created=str(meta.get("creationTimestamp") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 
@@ -883,9 +885,78 @@ def list_vmis_labelled(selector: str) -> list[VmiInfo]:
     Raises:
         K8sForbidden, K8sTransientError: see :func:`translate`.
     """
+    return list_vmis_labelled_with_version(selector)[0]
+
+
+@dataclass(frozen=True)
+class VmiEvent:
+    """One watch event of a VMI: ``type`` is ``ADDED``, ``MODIFIED`` or ``DELETED``."""
+
+    type: str
+    vmi: VmiInfo
+
+
+def watch_vmis(
+    selector: str, resource_version: str | None = None, timeout_seconds: int = 60
+) -> Iterator[VmiEvent]:
+    """Watch VirtualMachineInstances of every namespace matching a label ``selector``.
+
+    A server-side watch bounded by ``timeout_seconds`` (the stream then ends and the caller
+    starts a new one; pass the last seen ``resource_version`` to continue without a gap).
+    ``BOOKMARK`` events are skipped.
+
+    Yields:
+        ``VmiEvent`` per change.
+
+    Raises:
+        K8sTransientError: the stream broke, or 410 Gone (the resource version is too old: list
+            again and restart from the list's version). K8sForbidden: see :func:`translate`.
+    """
+    from kubernetes import watch
+
+    custom = client.CustomObjectsApi(api_client())
+    kwargs: dict[str, Any] = {
+        "label_selector": selector,
+        "timeout_seconds": timeout_seconds,
+        "allow_watch_bookmarks": True,
+        "_request_timeout": timeout_seconds + _timeout(),
+    }
+    if resource_version:
+        kwargs["resource_version"] = resource_version
+    w = watch.Watch()  # type: ignore[no-untyped-call]
+    try:
+        stream: Iterator[dict[str, Any]] = w.stream(  # type: ignore[no-untyped-call]
+            custom.list_cluster_custom_object, VMI_GROUP, VMI_VERSION, VMI_PLURAL, **kwargs
+        )
+        for event in stream:
+            kind = str(event.get("type", ""))
+            obj = event.get("raw_object") or event.get("object")
+            if kind == "ERROR":
+                status = _dict(obj)
+                if status.get("code") == 410:
+                    raise K8sTransientError(f"watch expired: {status.get('message', '')}")
+                raise K8sTransientError(f"watch error: {status.get('message', status)}")
+            if kind not in {"ADDED", "MODIFIED", "DELETED"} or not isinstance(obj, dict):
+                continue
+            yield VmiEvent(kind, parse_vmi(obj))
+    except K8sError:
+        raise
+    except Exception as exc:
+        raise translate(exc) from exc
+    finally:
+        w.stop()  # type: ignore[no-untyped-call]
+
+
+def list_vmis_labelled_with_version(selector: str) -> tuple[list[VmiInfo], str]:
+    """``list_vmis_labelled`` plus the list's ``resourceVersion`` (to start a watch from).
+
+    Raises:
+        K8sForbidden, K8sTransientError: see :func:`translate`.
+    """
     custom = client.CustomObjectsApi(api_client())
     out: list[VmiInfo] = []
     token: str | None = None
+    version = ""
     try:
         while True:
             kwargs: dict[str, Any] = {
@@ -899,8 +970,10 @@ def list_vmis_labelled(selector: str) -> list[VmiInfo]:
                 _call(custom.list_cluster_custom_object, VMI_GROUP, VMI_VERSION, VMI_PLURAL, **kwargs)
             )
             out.extend(parse_vmi(_dict(item)) for item in _list(page.get("items")))
-            token = _dict(page.get("metadata")).get("continue") or None
+            meta = _dict(page.get("metadata"))
+            version = str(meta.get("resourceVersion") or version)
+            token = meta.get("continue") or None
             if not token:
-                return out
+                return out, version
     except K8sNotFound:
-        return []
+        return [], ""

@@ -19,4 +19,18 @@ urlpatterns = [
     path("<int:pk>/approve/", views.vmrequest_approve, name="vmrequest_approve"),
     path("<int:pk>/reject/", views.vmrequest_reject, name="vmrequest_reject"),
     path("<int:pk>/cancel/", views.vmrequest_cancel, name="vmrequest_cancel"),
+    path("<int:pk>/release/", views.vmrequest_release, name="vmrequest_release"),
+    path("<int:pk>/terminate/", views.vmrequest_terminate, name="vmrequest_terminate"),
+    path("<int:pk>/extend/", views.vmrequest_extend, name="vmrequest_extend"),
+    path(
+        "<int:pk>/extension/approve/",
+        views.vmrequest_extension_approve,
+        name="vmrequest_extension_approve",
+    ),
+    path(
+        "<int:pk>/extension/reject/",
+        views.vmrequest_extension_reject,
+        name="vmrequest_extension_reject",
+    ),
+    path("<int:pk>/retry/", views.vmrequest_retry, name="vmrequest_retry"),
 ]

@@ -1,5 +1,5 @@
-"""Request pages: the new-request form (``new.py``) and the lists, detail and approval queue
-(``lists.py``). Views call ``vmrequests.approval`` / ``vmrequests.placement`` and never talk to
+"""Request pages: the new-request form (``new.py``) and the lists, detail, approval queue and
+the lifecycle actions (``lists.py``). Views call ``vmrequests.approval`` / ``vmrequests.placement`` and never talk to
 Kubernetes (CONVENTIONS "Data and calls flow one way")."""
 
 from __future__ import annotations
@@ -11,8 +11,14 @@ from vmrequests.views.lists import (
     vmrequest,
     vmrequest_approve,
     vmrequest_cancel,
+    vmrequest_extend,
+    vmrequest_extension_approve,
+    vmrequest_extension_reject,
     vmrequest_reject,
+    vmrequest_release,
+    vmrequest_retry,
     vmrequest_status,
+    vmrequest_terminate,
 )
 from vmrequests.views.new import vmrequest_add, vmrequest_gpu_options
 
@@ -24,7 +30,13 @@ __all__ = [
     "vmrequest_add",
     "vmrequest_approve",
     "vmrequest_cancel",
+    "vmrequest_extend",
+    "vmrequest_extension_approve",
+    "vmrequest_extension_reject",
     "vmrequest_gpu_options",
     "vmrequest_reject",
+    "vmrequest_release",
+    "vmrequest_retry",
     "vmrequest_status",
+    "vmrequest_terminate",
 ]

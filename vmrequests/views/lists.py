@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
@@ -22,8 +23,11 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import formats, timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST, require_safe
 from django_htmx.http import HttpResponseStopPolling
 
@@ -43,6 +47,12 @@ from vmrequests.tables import VMRequestTable
 CANCELLABLE = TRANSITIONS[EventAction.CANCEL][0]
 #: Statuses a request can be approved or rejected from.
 DECIDABLE = TRANSITIONS[EventAction.APPROVE][0]
+#: Statuses a VM can be released (requester) or terminated (approver) from.
+ENDABLE = TRANSITIONS[EventAction.START_DELETION][0]
+#: Statuses a request can be retried (approved again) from.
+RETRYABLE = TRANSITIONS[EventAction.RETRY][0]
+#: Statuses in which someone may act on a request from its page.
+ACTIONABLE = CANCELLABLE | ENDABLE | RETRYABLE
 
 
 def can_approve(user: Any) -> bool:
@@ -131,9 +141,68 @@ def placement_text(placement: dict[str, Any]) -> str:
     }
 
 
+def _when(value: Any) -> str:
+    """An ISO 8601 time stored in event data, in the site's local time and date format."""
+    parsed = parse_datetime(value) if isinstance(value, str) else None
+    if parsed is None:
+        return str(value or "")
+    if timezone.is_aware(parsed):
+        parsed = timezone.localtime(parsed)
+    return formats.date_format(parsed, "DATETIME_FORMAT")
+
+
+def worker_details(data: dict[str, Any]) -> list[str]:
+    """Lines of a provisioning step or failure (written by ``vmrequests.provisioning``) from its
+    ``data``: node, vGPU config change, GPU resource, pin, the vGPU Device Manager state, pods in
+    the way, the VMI phase, the scheduler's and KubeVirt's own words. Unknown keys are skipped."""
+    lines: list[str] = []
+    if data.get("vmi"):
+        lines.append(_("VMI: %(vmi)s") % {"vmi": data["vmi"]})
+    if data.get("node"):
+        lines.append(_("Node: %(node)s") % {"node": data["node"]})
+    if "to" in data:
+        lines.append(
+            _("vGPU config: %(old)s → %(new)s")
+            % {"old": data.get("from") or _("(default)"), "new": data.get("to") or _("(default)")}
+        )
+    if data.get("resource"):
+        if data.get("allocatable") is not None:
+            lines.append(
+                _("Now offers: %(count)s × %(resource)s")
+                % {"count": data["allocatable"], "resource": data["resource"]}
+            )
+        else:
+            lines.append(_("GPU resource: %(resource)s") % {"resource": data["resource"]})
+    if data.get("pinned_to"):
+        lines.append(_("Pinned to node %(node)s (re-profiled for this VM).") % {"node": data["pinned_to"]})
+    if data.get("pods"):
+        lines.append(_("Pods using its vGPUs: %(pods)s") % {"pods": ", ".join(map(str, data["pods"]))})
+    if "state" in data:
+        lines.append(_("vGPU Device Manager state: %(state)s") % {"state": data["state"] or _("(none)")})
+    if data.get("restore"):
+        template = (
+            _("Config %(config)s put back.")
+            if data.get("restored")
+            else _("Putting back config %(config)s failed.")
+        )
+        lines.append(template % {"config": data["restore"]})
+    if data.get("phase"):
+        lines.append(_("VMI phase: %(phase)s") % {"phase": data["phase"]})
+    if data.get("scheduler"):
+        lines.append(_("Scheduler: %(message)s") % {"message": data["scheduler"]})
+    if data.get("condition") and data.get("message"):
+        lines.append(
+            _("KubeVirt %(condition)s: %(message)s")
+            % {"condition": data["condition"], "message": data["message"]}
+        )
+    return lines
+
+
 def event_details(event: VMRequestEvent) -> list[str]:
     """Extra lines of a timeline entry from its ``data``: placement and quota lines of an
-    approval, who filed a request on the requester's behalf, node and IP when it started."""
+    approval, who filed a request on the requester's behalf, node and IP when it started, the
+    details of a provisioning step or failure (``worker_details``), and the days and new lease
+    end of a lease extension."""
     data = event.data if isinstance(event.data, dict) else {}
     lines: list[str] = []
     if isinstance(data.get("placement"), dict):
@@ -145,6 +214,27 @@ def event_details(event: VMRequestEvent) -> list[str]:
     if event.action == EventAction.MARK_RUNNING and data.get("node"):
         lines.append(
             _("Node %(node)s, IP %(ip)s.") % {"node": data["node"], "ip": data.get("ip") or _("unknown")}
+        )
+    elif event.action in (EventAction.PROGRESS, EventAction.MARK_FAILED):
+        lines.extend(worker_details(data))
+    if event.action == EventAction.EXTENSION_REQUEST and data.get("days"):
+        lines.append(
+            ngettext("%(days)s more day asked for.", "%(days)s more days asked for.", data["days"])
+            % {"days": data["days"]}
+        )
+    elif event.action == EventAction.EXTENSION_APPROVE and data.get("days"):
+        lines.append(
+            ngettext(
+                "Extended by %(days)s day; the lease now ends %(end)s.",
+                "Extended by %(days)s days; the lease now ends %(end)s.",
+                data["days"],
+            )
+            % {"days": data["days"], "end": _when(data.get("lease_end"))}
+        )
+    elif event.action == EventAction.EXTENSION_REJECT and data.get("days"):
+        lines.append(
+            ngettext("%(days)s more day refused.", "%(days)s more days refused.", data["days"])
+            % {"days": data["days"]}
         )
     return lines
 
@@ -184,8 +274,13 @@ def queue_verdict(req: VMRequest, snapshot: CapacitySnapshot, book: QuotaBook) -
 
 @require_safe
 def vmrequest(request: HttpRequest, pk: int) -> HttpResponse:
-    """One request: what was asked, the decision, where it runs and how to connect, the timeline,
-    and the actions the user may take. 404 when the user may not see it."""
+    """One request: what was asked, the decision, where it runs and how to connect, the lease
+    (end, warning, pending extension), the timeline, and the actions the user may take by status
+    and rights: approve/reject (deciders) and cancel while pending; release (requester or
+    decider) and terminate (deciders) while provisioning or running; ask for an extension
+    (requester, running, none pending) and decide it (deciders); retry a failed request
+    (deciders). 404 when the user may not see it. The query count does not grow with the number
+    of events."""
     req = get_object_or_404(
         VMRequest.objects.visible_to(request.user).select_related(
             "requester", "submitted_by", "team", "image", "decided_by"
@@ -193,11 +288,16 @@ def vmrequest(request: HttpRequest, pk: int) -> HttpResponse:
         pk=pk,
     )
     events = list(req.events.select_related("actor").order_by("created", "pk"))
-    open_to_action = req.status in CANCELLABLE
-    decider = open_to_action and VMRequest.objects.decidable_by(request.user).filter(pk=req.pk).exists()
+    decider = (
+        req.status in ACTIONABLE and VMRequest.objects.decidable_by(request.user).filter(pk=req.pk).exists()
+    )
+    requester = req.requester_id == request.user.pk
+    running = req.status == VMRequestStatus.RUNNING
+    pending_extension = running and req.extension_days_requested is not None
     may_decide = decider and req.status in DECIDABLE
+    may_retry = decider and req.status in RETRYABLE
     verdict = None
-    if may_decide:
+    if may_decide or may_retry:
         verdict = queue_verdict(req, CapacitySnapshot(), QuotaBook([req.team_id]))
     context = {
         "req": req,
@@ -207,8 +307,18 @@ def vmrequest(request: HttpRequest, pk: int) -> HttpResponse:
         "ssh_key": ssh_key_summary(req.ssh_public_key),
         "connect": connect_commands(req),
         "may_decide": may_decide,
-        "may_cancel": open_to_action and (req.requester_id == request.user.pk or decider),
+        "may_cancel": req.status in CANCELLABLE and (requester or decider),
+        "may_release": req.status in ENDABLE and (requester or decider),
+        "may_terminate": req.status in ENDABLE and decider,
+        "may_retry": may_retry,
+        "may_extend": running and requester and not pending_extension,
+        "may_decide_extension": pending_extension and decider,
+        "pending_extension": pending_extension,
+        "show_lease": running and req.lease_end is not None,
+        "max_lease_days": req.team.max_lease_days,
+        "lease_warning_hours": settings.PORTAL_LEASE_WARNING_HOURS,
         "verdict": verdict,
+        "last_step": next((e for e in reversed(events) if e.action == EventAction.PROGRESS), None),
         "lease_end_if_started": req.lease_end_if_started() if req.lease_end is None else None,
     }
     return render(request, "vmrequests/vmrequest.html", context)
@@ -353,4 +463,163 @@ def vmrequest_cancel(request: HttpRequest, pk: int) -> HttpResponse:
         messages.warning(request, str(exc))
     else:
         messages.success(request, _("Request #%(id)s cancelled.") % {"id": req.pk})
+    return _back(request, req)
+
+
+@require_POST
+def vmrequest_release(request: HttpRequest, pk: int) -> HttpResponse:
+    """End a provisioning or running VM early (the requester or a decider) with an optional
+    ``note``: the request moves to deleting and the worker deletes the VMI (enqueued on commit).
+    404 when not visible, 403 for other team members; any other status is a warning."""
+    req = _visible_or_404(request, pk)
+    note = request.POST.get("note", "").strip()
+    try:
+        approval.release(req, request.user, note)
+    except NotAllowed as exc:
+        return forbidden(request, str(exc))
+    except TransitionError as exc:
+        messages.warning(request, str(exc))
+    else:
+        messages.success(request, _("Request #%(id)s released; the VM is being deleted.") % {"id": req.pk})
+    return _back(request, req)
+
+
+@require_POST
+def vmrequest_terminate(request: HttpRequest, pk: int) -> HttpResponse:
+    """End a provisioning or running VM (deciders) with a required ``reason``; the worker deletes
+    the VMI (enqueued on commit). 404 when not visible, 403 when the user may not decide it; a
+    blank reason or another status is reported and nothing changes."""
+    req = _visible_or_404(request, pk)
+    reason = request.POST.get("reason", "").strip()
+    try:
+        approval.terminate(req, request.user, reason)
+    except NotAllowed as exc:
+        return forbidden(request, str(exc))
+    except ValueError:
+        messages.error(request, _("Request #%(id)s was not terminated: give a reason.") % {"id": req.pk})
+    except TransitionError as exc:
+        messages.warning(request, str(exc))
+    else:
+        messages.success(request, _("Request #%(id)s terminated; the VM is being deleted.") % {"id": req.pk})
+    return _back(request, req)
+
+
+def _days(value: str) -> int:
+    """The POSTed number of days, or 0 when it is not a whole number (the service then refuses it
+    with its "1 to N days" message, after its own permission check)."""
+    try:
+        return int(value.strip())
+    except ValueError:
+        return 0
+
+
+@require_POST
+def vmrequest_extend(request: HttpRequest, pk: int) -> HttpResponse:
+    """The requester of a running VM asks for ``days`` (1 … the team's maximum lease) more, with
+    a ``reason``; an approver decides. 404 when not visible, 403 for anyone but the requester; a
+    bad number of days or an extension already pending is an error, another status a warning;
+    nothing changes in either case."""
+    req = _visible_or_404(request, pk)
+    days = _days(request.POST.get("days", ""))
+    reason = request.POST.get("reason", "").strip()
+    try:
+        approval.request_extension(req, request.user, days, reason)
+    except NotAllowed as exc:
+        return forbidden(request, str(exc))
+    except TransitionError as exc:
+        status = VMRequestStatus(exc.current).label if exc.current in VMRequestStatus.values else exc.current
+        messages.warning(
+            request,
+            _("Request #%(id)s is %(status)s; only the lease of a running VM can be extended.")
+            % {"id": req.pk, "status": status},
+        )
+    except ValueError as exc:
+        messages.error(
+            request, _("Request #%(id)s: no extension requested. %(why)s") % {"id": req.pk, "why": exc}
+        )
+    else:
+        messages.success(
+            request,
+            ngettext(
+                "Request #%(id)s: %(days)s more day asked for; an approver decides.",
+                "Request #%(id)s: %(days)s more days asked for; an approver decides.",
+                days,
+            )
+            % {"id": req.pk, "days": days},
+        )
+    return _back(request, req)
+
+
+def _decide_extension(request: HttpRequest, pk: int, *, approve: bool) -> HttpResponse:
+    req = _visible_or_404(request, pk)
+    note = request.POST.get("note", "").strip()
+    days = req.extension_days_requested
+    try:
+        approval.decide_extension(req, request.user, approve=approve, note=note)
+    except NotAllowed as exc:
+        return forbidden(request, str(exc))
+    except ValueError as exc:
+        messages.error(request, _("Request #%(id)s: %(why)s") % {"id": req.pk, "why": exc})
+    else:
+        if approve:
+            end = (
+                formats.date_format(timezone.localtime(req.lease_end), "DATETIME_FORMAT")
+                if req.lease_end
+                else ""
+            )
+            messages.success(
+                request,
+                ngettext(
+                    "Request #%(id)s: lease extended by %(days)s day, to %(end)s.",
+                    "Request #%(id)s: lease extended by %(days)s days, to %(end)s.",
+                    days or 0,
+                )
+                % {"id": req.pk, "days": days, "end": end},
+            )
+        else:
+            messages.success(request, _("Request #%(id)s: lease extension refused.") % {"id": req.pk})
+    return _back(request, req)
+
+
+@require_POST
+def vmrequest_extension_approve(request: HttpRequest, pk: int) -> HttpResponse:
+    """Grant the pending lease extension (deciders) with an optional ``note``: the lease end
+    moves by the requested days and the expiry warning re-arms. 404 when not visible, 403 when
+    the user may not decide it; no extension pending is an error and nothing changes."""
+    return _decide_extension(request, pk, approve=True)
+
+
+@require_POST
+def vmrequest_extension_reject(request: HttpRequest, pk: int) -> HttpResponse:
+    """Refuse the pending lease extension (deciders) with an optional ``note``; the lease end
+    stays. 404 when not visible, 403 when the user may not decide it; no extension pending is an
+    error and nothing changes."""
+    return _decide_extension(request, pk, approve=False)
+
+
+@require_POST
+def vmrequest_retry(request: HttpRequest, pk: int) -> HttpResponse:
+    """Approve a failed request again (deciders) with an optional ``note``: re-checks capacity
+    and quota, reserves anew and enqueues provisioning on commit. 404 when not visible, 403 when
+    the user may not decide it; a request that no longer fits is an error with the plain reason,
+    another status a warning; nothing changes in either case."""
+    req = _visible_or_404(request, pk)
+    note = request.POST.get("note", "").strip()
+    try:
+        placement = approval.retry(req, request.user, note)
+    except NotAllowed as exc:
+        return forbidden(request, str(exc))
+    except ApprovalRefused as exc:
+        messages.error(
+            request,
+            _("Request #%(id)s was not retried: %(why)s")
+            % {"id": req.pk, "why": " ".join(exc.verdict.problems())},
+        )
+    except TransitionError as exc:
+        messages.warning(request, str(exc))
+    else:
+        messages.success(
+            request,
+            _("Request #%(id)s approved again. %(where)s") % {"id": req.pk, "where": placement.describe()},
+        )
     return _back(request, req)
