@@ -77,6 +77,12 @@ class Outcome:
     detail: str = ""
 
 
+def _minutes(seconds: float) -> str:
+    """Seconds as minutes for messages: ``600`` → ``"10"``, ``90`` → ``"1.5"``, ``10`` → ``"0.2"``."""
+    minutes = round(seconds / 60, 1)
+    return str(int(minutes)) if minutes == int(minutes) else str(minutes)
+
+
 def _requeue_after() -> timedelta:
     """``PORTAL_REQUEUE_AFTER``: no progress for this long → enqueue the provisioning task again."""
     return timedelta(seconds=settings.PORTAL_REQUEUE_AFTER)
@@ -230,6 +236,10 @@ def provision(request_id: int) -> Outcome:
             # Show activity, so reconcile does not enqueue a second worker for a long re-profile.
             VMRequest.objects.filter(pk=req.pk).update(updated=timezone.now())
             raise
+        except k8s.K8sTransientError:
+            raise
+        except k8s.K8sError as exc:
+            return _reprofile_refused(req, reservation, exc)
         if outcome is not None:
             return outcome
     return _create_vmi(req, reservation)
@@ -298,6 +308,10 @@ def _reprofile(req: VMRequest, res: Reservation) -> Outcome | None:
                 if state == "pending":
                     raise Wait(REPROFILE_POLL_SECONDS * 5, f"node {node_name} is already being reconfigured")
                 previous = node.labels.get(VGPU_CONFIG_LABEL, "")
+                if previous == res.reprofile_config:
+                    # Already the target: an earlier delivery patched it and died before recording
+                    # the patch. The config to put back is the one the approval planned from.
+                    previous = res.reprofile_from
                 k8s.patch_node_labels(node_name, {VGPU_CONFIG_LABEL: res.reprofile_config})
                 Reservation.objects.filter(pk=res.pk).update(reprofile_from=previous, reprofile_started=now)
                 req.record(
@@ -331,24 +345,12 @@ def _reprofile(req: VMRequest, res: Reservation) -> Outcome | None:
     elapsed = now - res.reprofile_started
     timeout = timedelta(seconds=settings.PORTAL_REPROFILE_TIMEOUT)
     if state == "failed" or elapsed > timeout:
-        restore = res.reprofile_from or _default_vgpu_config()
-        try:
-            k8s.patch_node_labels(node_name, {VGPU_CONFIG_LABEL: restore})
-            restored = True
-        except k8s.K8sError as exc:
-            log.error("could not restore vGPU config", extra={"node": node_name, "error": str(exc)})
-            restored = False
+        restore, restored, back = _restore_label(node_name, res)
         why = (
             _("the vGPU Device Manager reported state failed")
             if state == "failed"
             else _("it did not finish within %(min)s minutes")
-            % {"min": round(timeout.total_seconds() / 60, 1)}
-        )
-        back = (
-            _("The previous config %(old)s was put back.") % {"old": restore}
-            if restored
-            else _("Putting back the previous config %(old)s failed too; an admin must set it.")
-            % {"old": restore}
+            % {"min": _minutes(timeout.total_seconds())}
         )
         return _fail(
             req,
@@ -361,14 +363,61 @@ def _reprofile(req: VMRequest, res: Reservation) -> Outcome | None:
     raise Wait(REPROFILE_POLL_SECONDS, f"waiting for {node_name}: state {state or '(none)'}")
 
 
+def _restore_label(node_name: str, res: Reservation) -> tuple[str, bool, str]:
+    """Put the node's previous ``nvidia.com/vgpu.config`` back (the ClusterPolicy default when
+    it had none).
+
+    Returns:
+        ``(config, restored, sentence for the request's message)``.
+
+    Raises:
+        k8s.K8sTransientError: reading the ClusterPolicy failed for now (retry).
+    """
+    restore = res.reprofile_from or _default_vgpu_config()
+    try:
+        k8s.patch_node_labels(node_name, {VGPU_CONFIG_LABEL: restore})
+        restored = True
+    except k8s.K8sError as exc:
+        log.error("could not restore vGPU config", extra={"node": node_name, "error": str(exc)})
+        restored = False
+    back = (
+        _("The previous config %(old)s was put back.") % {"old": restore}
+        if restored
+        else _("Putting back the previous config %(old)s failed too; an admin must set it.") % {"old": restore}
+    )
+    return restore, restored, back
+
+
+def _reprofile_refused(req: VMRequest, res: Reservation, exc: k8s.K8sError) -> Outcome:
+    """A permanent Kubernetes error during the re-profile (403, 404 node gone, 422): fail now
+    rather than leave the request for ``reconcile`` to requeue forever; put the label back when
+    it was already changed."""
+    node_name = res.node.name
+    res.refresh_from_db()
+    message = _(
+        "Re-profiling node %(node)s to vGPU config %(new)s failed: Kubernetes refused a call (%(error)s)."
+    ) % {"node": node_name, "new": res.reprofile_config, "error": exc}
+    data: dict[str, Any] = {"node": node_name, "error": str(exc), "kind": type(exc).__name__}
+    if res.reprofile_started is not None:
+        restore, restored, back = _restore_label(node_name, res)
+        message = f"{message} {back}"
+        data.update(restored=restored, restore=restore)
+    return _fail(req, message, data=data)
+
+
 def _default_vgpu_config() -> str:
     """The ClusterPolicy's ``vgpuDeviceManager.config.default`` (``"default"`` when unknown).
 
     Removing the label would not revert the node (DOMAIN.md §3), so an unlabelled node is
     restored to the config the device manager applies when the label is absent.
+
+    Raises:
+        k8s.K8sTransientError: the ClusterPolicy could not be read for now.
     """
     try:
         policy = k8s.get_cluster_policy()
+    except k8s.K8sTransientError:
+        raise  # guessing "default" could write a config the node's ConfigMap does not have
     except k8s.K8sError:
         policy = None
     return policy.vgpu_default_config if policy else "default"
@@ -385,6 +434,12 @@ def _create_vmi(req: VMRequest, res: Reservation) -> Outcome:
         existing = k8s.get_vmi(req.vmi_namespace, req.vmi_name)
         if existing is None:
             raise k8s.K8sTransientError("the conflicting VMI disappeared; retrying") from None
+        if existing.labels.get(REQUEST_LABEL) == str(req.pk) and existing.deleting:
+            # Ours, but from before a retry and still being finalised: adopting it would follow a
+            # VMI about to vanish. Create ours once it is gone.
+            raise k8s.K8sTransientError(
+                "the previous VMI of this request is still being deleted; retrying"
+            ) from None
         if existing.labels.get(REQUEST_LABEL) != str(req.pk):
             return _fail(
                 req,
@@ -455,6 +510,8 @@ def explain_unschedulable(req: VMRequest, message: str, snapshot: CapacitySnapsh
             )
             + "."
         )
+    if not (message or "").strip():
+        return f"{short}{alt}"  # no condition message (e.g. no launcher pod yet): no empty brackets
     return _("%(short)s%(alt)s (scheduler: %(message)s)") % {
         "short": short,
         "alt": alt,
@@ -508,7 +565,7 @@ def _reconcile_provisioning(
                 "Timed out waiting for a node (%(min)s min); the VMI was deleted so it does not hold a place. %(why)s"
             )
             % {
-                "min": round(settings.PORTAL_SCHEDULING_TIMEOUT / 60, 1),
+                "min": _minutes(settings.PORTAL_SCHEDULING_TIMEOUT),
                 "why": explain_unschedulable(req, message, snap),
             },
             data={"phase": vmi.phase, "scheduler": message},

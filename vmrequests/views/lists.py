@@ -1,4 +1,6 @@
-"""Request lists, the request page (timeline, live status), the approval queue and the actions.
+"""Request lists, the request page (timeline, live status, lease), the approval queue and the
+actions: approve / reject / cancel, release / terminate, ask for / decide a lease extension, retry.
+All actions are POST-only and redirect back (to a safe ``next`` or the request page) with a message.
 
 Visibility is ``VMRequest.objects.visible_to(user)`` everywhere: a request the user may not see
 is a 404 (outsiders never learn it exists), also for the status partial and the actions. Who may
@@ -315,6 +317,7 @@ def vmrequest(request: HttpRequest, pk: int) -> HttpResponse:
         "may_decide_extension": pending_extension and decider,
         "pending_extension": pending_extension,
         "show_lease": running and req.lease_end is not None,
+        "lease_over": req.lease_end is not None and req.lease_end <= timezone.now(),
         "max_lease_days": req.team.max_lease_days,
         "lease_warning_hours": settings.PORTAL_LEASE_WARNING_HOURS,
         "verdict": verdict,

@@ -9,9 +9,20 @@ and submitted requests through the real service (``vmrequests.approval.submit``)
 from __future__ import annotations
 
 import importlib
+import os
+import sqlite3
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection, connections
+
+from devcluster.server import DevCluster
 from tests.integration.inventory.conftest import demo, portal_cluster
+from tests.integration.vmrequests.worker_harness import WorkerProcess, start_worker, worker_database_url
 from vmrequests.approval import RequestSpec, submit
 from vmrequests.choices import VMMode
 from vmrequests.models import GpuQuota, Team, VmImage, VMRequest
@@ -104,3 +115,100 @@ def submit_request(
         name=name,
     )
     return submit(spec, requester)
+
+
+# --- a real Celery worker process (tests/integration/vmrequests/test_vmrequest_provisioning_worker.py) ---
+
+
+@pytest.fixture
+def worker_db(transactional_db: None, tmp_path: Path) -> Iterator[str]:
+    """The test database, shared with worker processes; yields their ``DATABASE_URL``.
+
+    PostgreSQL: pytest-django's ``test_<name>`` database as it is (``transactional_db`` commits,
+    so a worker sees the test's rows). SQLite: the in-memory test database cannot be opened by
+    another process, so for the duration of the test ``connections['default']`` points at a file
+    copy of it (``sqlite3`` backup API, same options) and the worker opens that file; afterwards
+    the in-memory connection is put back, untouched, for pytest-django's flush (the pattern of
+    ``threaded_db`` in ``test_vmrequest_concurrency.py``).
+    """
+    if connection.vendor != "sqlite":
+        yield worker_database_url()
+        return
+    path = tmp_path / "portal.sqlite3"
+    memory = connections["default"]
+    memory.ensure_connection()
+    target = sqlite3.connect(path)
+    try:
+        memory.connection.backup(target)
+    finally:
+        target.close()
+    settings_dict = memory.settings_dict
+    name = settings_dict["NAME"]
+    settings_dict["NAME"] = str(path)
+    file_db = connections.create_connection("default")
+    connections["default"] = file_db
+    try:
+        yield worker_database_url()
+    finally:
+        file_db.close()
+        settings_dict["NAME"] = name
+        connections["default"] = memory
+
+
+@pytest.fixture
+def celery_queue() -> Iterator[str]:
+    """A Celery queue of this test's own: tasks the test process sends (``approve`` enqueues
+    ``vmrequests.provision`` on commit) go to it, and the workers of ``celery_worker`` consume
+    only it. A developer's running worker, another test session or stale messages left in the
+    shared file broker can then neither take nor feed this test's tasks."""
+    from portal.celery import app
+
+    name = f"provision-test-{uuid.uuid4().hex[:8]}"
+    previous = app.conf.task_default_queue
+    app.conf.task_default_queue = name
+    try:
+        yield name
+    finally:
+        app.conf.task_default_queue = previous
+
+
+@pytest.fixture
+def celery_worker(
+    worker_db: str, celery_queue: str, devcluster: DevCluster, tmp_path: Path
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start real ``celery worker --pool=solo`` processes: ``celery_worker(**env)`` → a ready
+    :class:`WorkerProcess`.
+
+    Each worker gets this process's environment (so ``CELERY_BROKER_URL``: Redis in CI, else the
+    file broker under the same ``PORTAL_VAR_DIR``), ``DATABASE_URL`` of ``worker_db``,
+    ``PORTAL_KUBECONFIG`` of the session dev cluster, and ``env`` on top (e.g.
+    ``PORTAL_KUBECONFIG=<proxy kubeconfig>``, ``PORTAL_REQUEUE_AFTER="2"``). Workers still running
+    at the end are shut down (SIGTERM, then SIGKILL); their logs are printed (shown on failure).
+    """
+    started: list[WorkerProcess] = []
+
+    def start(**env: str) -> WorkerProcess:
+        full = os.environ.copy()
+        full.pop("PORTAL_KUBE_CONTEXT", None)
+        full.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "portal.settings",
+                "DATABASE_URL": worker_db,
+                "PORTAL_VAR_DIR": str(django_settings.VAR_DIR),
+                "PORTAL_KUBECONFIG": str(devcluster.kubeconfig),
+                "PORTAL_LOG_FORMAT": "text",
+                "EMAIL_URL": "memorymail://",
+            }
+        )
+        full.update(env)
+        worker = start_worker(tmp_path / f"worker-{len(started) + 1}.log", celery_queue, full)
+        started.append(worker)
+        worker.wait_ready()
+        return worker
+
+    try:
+        yield start
+    finally:
+        for worker in started:
+            worker.stop()
+            print(f"--- {worker.log_path.name} (exit {worker.process.returncode}) ---\n{worker.log()}")
