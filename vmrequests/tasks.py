@@ -11,6 +11,7 @@ import logging
 
 from celery import shared_task
 from celery.app.task import Task
+from celery.exceptions import Retry
 
 from portal.k8s import K8sTransientError
 from vmrequests import provisioning
@@ -20,6 +21,11 @@ log = logging.getLogger(__name__)
 #: Transient Kubernetes errors: retried with exponential backoff and jitter, at most this often.
 #: After that the request stays ``provisioning`` and ``reconcile`` enqueues it again later.
 TRANSIENT_RETRIES = 8
+
+#: Reconcile outcomes that changed a request's status or re-enqueued it (``reconcile``'s count).
+#: Not counted: ``ok``/``waiting``/``skipped``/``deleting`` (nothing new), ``lease_warning`` (a
+#: mail, no status change), ``lost`` (someone else changed it) and ``error`` (nothing changed).
+CHANGED = frozenset({"requeue", "running", "failed", "expired", "deleted", "deleted_outside"})
 
 
 @shared_task(
@@ -35,12 +41,17 @@ def provision(self: Task, request_id: int) -> str:  # type: ignore[type-arg]
     """Provision one approved request (``provisioning.provision``); enqueued on commit of approval.
 
     A ``Wait`` (the vGPU Device Manager is still working) becomes a retry with its countdown that
-    does not count against the transient-error budget.
+    does not count against the transient-error budget: the message is sent again with
+    ``retries=0``. (``self.retry(max_retries=None)`` would not do that: ``None`` there means "the
+    task's default", so a re-profile polled more than ``TRANSIENT_RETRIES`` times would fail the
+    task, and every wait would lengthen the backoff of a later transient error.)
     """
     try:
         outcome = provisioning.provision(request_id)
     except provisioning.Wait as wait:
-        raise self.retry(countdown=wait.countdown, max_retries=None) from None
+        again = self.signature_from_request(countdown=wait.countdown, retries=0)
+        again.apply_async()
+        raise Retry(wait.why, when=wait.countdown, sig=again) from None
     return outcome.action
 
 
@@ -75,6 +86,6 @@ def reconcile() -> int:
     for outcome in outcomes:
         if outcome.action == "requeue":
             provision.delay(outcome.request_id)
-        if outcome.action not in {"ok", "waiting", "skipped", "deleting"}:
+        if outcome.action in CHANGED:
             changed += 1
     return changed
