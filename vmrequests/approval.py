@@ -296,7 +296,7 @@ def terminate(req: VMRequest, by: Any, note: str) -> None:
     if not can_decide(by, req):
         raise NotAllowed(_("You are not an approver of team %(team)s.") % {"team": req.team})
     if not note.strip():
-        raise ValueError("terminating a VM needs a reason")
+        raise ValueError(_("Terminating a VM needs a reason."))
     req.start_deletion(DeletionReason.TERMINATED, by=by, note=note)
     pk = req.pk
     transaction.on_commit(lambda: _enqueue("delete_vmi", pk))

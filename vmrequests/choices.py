@@ -58,7 +58,7 @@ class EventAction(models.TextChoices):
     REJECT = "reject", _("rejected")
     CANCEL = "cancel", _("cancelled")
     START_PROVISIONING = "start_provisioning", _("provisioning started")
-    PROGRESS = "progress", _("progress")
+    PROGRESS = "progress", _("provisioning step")
     MARK_RUNNING = "mark_running", _("running")
     MARK_FAILED = "mark_failed", _("failed")
     START_DELETION = "start_deletion", _("deletion started")
@@ -85,6 +85,7 @@ ACTION_VERB = {
     EventAction.START_DELETION: _("deleted"),
     EventAction.MARK_DELETED: _("marked deleted"),
     EventAction.RETRY: _("retried"),
+    EventAction.EXTENSION_REQUEST: _("extended"),
 }
 
 #: Requests that hold (or are about to hold) GPU devices: counted against quotas.

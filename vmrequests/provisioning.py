@@ -40,7 +40,7 @@ from gpuinventory.choices import ResourceKind
 from gpuinventory.models import GpuNode, Reservation
 from gpuinventory.naming import classify_resource, parse_vgpu_type
 from portal import k8s
-from vmrequests.choices import DeletionReason, EventAction, VMMode, VMRequestStatus
+from vmrequests.choices import TERMINAL_STATES, DeletionReason, EventAction, VMMode, VMRequestStatus
 from vmrequests.models import TransitionError, VMRequest
 
 log = logging.getLogger(__name__)
@@ -307,6 +307,17 @@ def _reprofile(req: VMRequest, res: Reservation) -> Outcome | None:
                 state = node.labels.get(VGPU_CONFIG_STATE_LABEL, "")
                 if state == "pending":
                     raise Wait(REPROFILE_POLL_SECONDS * 5, f"node {node_name} is already being reconfigured")
+                if state == "failed":
+                    # DOMAIN.md §3: a failed config needs an admin; relabelling on top hides it.
+                    return _fail(
+                        req,
+                        _(
+                            "Node %(node)s was not re-profiled: its vGPU Device Manager reports state failed "
+                            "for the current config. An admin must look at the node first."
+                        )
+                        % {"node": node_name},
+                        data={"node": node_name, "state": state},
+                    )
                 previous = node.labels.get(VGPU_CONFIG_LABEL, "")
                 if previous == res.reprofile_config:
                     # Already the target: an earlier delivery patched it and died before recording
@@ -349,8 +360,7 @@ def _reprofile(req: VMRequest, res: Reservation) -> Outcome | None:
         why = (
             _("the vGPU Device Manager reported state failed")
             if state == "failed"
-            else _("it did not finish within %(min)s minutes")
-            % {"min": _minutes(timeout.total_seconds())}
+            else _("it did not finish within %(min)s minutes") % {"min": _minutes(timeout.total_seconds())}
         )
         return _fail(
             req,
@@ -383,7 +393,8 @@ def _restore_label(node_name: str, res: Reservation) -> tuple[str, bool, str]:
     back = (
         _("The previous config %(old)s was put back.") % {"old": restore}
         if restored
-        else _("Putting back the previous config %(old)s failed too; an admin must set it.") % {"old": restore}
+        else _("Putting back the previous config %(old)s failed too; an admin must set it.")
+        % {"old": restore}
     )
     return restore, restored, back
 
@@ -460,7 +471,11 @@ def _create_vmi(req: VMRequest, res: Reservation) -> Outcome:
             data={"error": str(exc), "kind": type(exc).__name__},
         )
     now = timezone.now()
-    VMRequest.objects.filter(pk=req.pk).update(vmi_created_at=now)
+    won = VMRequest.objects.filter(pk=req.pk, status=VMRequestStatus.PROVISIONING).update(vmi_created_at=now)
+    if not won:
+        # Released, terminated or failed while the VMI was being created: do not leave it behind.
+        k8s.delete_vmi(req.vmi_namespace, req.vmi_name)
+        return Outcome(req.pk, "lost", "the request moved on while its VMI was created; VMI deleted")
     req.vmi_created_at = now
     req.record(
         EventAction.PROGRESS,
@@ -539,10 +554,14 @@ def _reconcile_provisioning(
     if vmi.phase in {"Failed", "Succeeded"}:
         k8s.delete_vmi(req.vmi_namespace, req.vmi_name)
         cond = vmi.condition("Ready") or vmi.condition("PodScheduled")
-        detail = cond.message if cond and cond.message else vmi.phase
-        return _fail(
-            req, _("The VM stopped (%(phase)s): %(detail)s") % {"phase": vmi.phase, "detail": detail}
-        )
+        if cond and cond.message:
+            reason = _("The VM stopped (%(phase)s): %(detail)s") % {
+                "phase": vmi.phase,
+                "detail": cond.message,
+            }
+        else:
+            reason = _("The VM stopped (%(phase)s).") % {"phase": vmi.phase}
+        return _fail(req, reason)
     sync = vmi.condition("Synchronized")
     if sync is not None and sync.status == "False" and sync.reason == "FailedCreate":
         k8s.delete_vmi(req.vmi_namespace, req.vmi_name)
@@ -556,7 +575,9 @@ def _reconcile_provisioning(
         return _fail(req, reason, data={"condition": "Synchronized", "message": sync.message})
     scheduled = vmi.condition("PodScheduled")
     started = req.vmi_created_at or req.updated
-    if now - started > timedelta(seconds=settings.PORTAL_SCHEDULING_TIMEOUT):
+    # Only a VMI still waiting for a node times out; one Scheduled (image pull, boot) does not.
+    unplaced = vmi.phase in {"", "Pending", "Scheduling"}
+    if unplaced and now - started > timedelta(seconds=settings.PORTAL_SCHEDULING_TIMEOUT):
         message = scheduled.message if scheduled is not None else ""
         k8s.delete_vmi(req.vmi_namespace, req.vmi_name)
         return _fail(
@@ -662,6 +683,31 @@ _FOLLOWED = (
 )
 
 
+def _collect_orphans(
+    vmis: dict[tuple[str, str], k8s.VmiInfo], followed: set[tuple[str, str]]
+) -> list[Outcome]:
+    """Delete portal VMIs whose request has ended (e.g. created by a worker that lost a race with
+    a release). Only VMIs carrying our labels whose request exists and is terminal are touched."""
+    candidates = {
+        int(v.labels[REQUEST_LABEL]): v
+        for key, v in vmis.items()
+        if key not in followed and not v.deleting and v.labels.get(REQUEST_LABEL, "").isdigit()
+    }
+    if not candidates:
+        return []
+    out = []
+    ended = VMRequest.objects.filter(pk__in=list(candidates), status__in=sorted(TERMINAL_STATES))
+    for pk, namespace, name in ended.values_list("pk", "vmi_namespace", "vmi_name"):
+        v = candidates[pk]
+        if (v.namespace, v.name) == (namespace, name):
+            k8s.delete_vmi(namespace, name)
+            log.warning(
+                "deleted the VMI of an ended request", extra={"request_id": pk, "vmi": f"{namespace}/{name}"}
+            )
+            out.append(Outcome(pk, "orphan_deleted"))
+    return out
+
+
 def reconcile() -> list[Outcome]:
     """Reconcile every approved / provisioning / running / deleting request (one VMI LIST call).
 
@@ -674,14 +720,12 @@ def reconcile() -> list[Outcome]:
     requests = list(
         VMRequest.objects.filter(status__in=_FOLLOWED).select_related("image", "team", "requester")
     )
-    if not requests:
-        return []
     vmis: dict[tuple[str, str], k8s.VmiInfo] = {
         (v.namespace, v.name): v for v in k8s.list_vmis_labelled(f"{MANAGED_BY_LABEL}={MANAGED_BY}")
     }
     snap = CapacitySnapshot()
     now = timezone.now()
-    out = []
+    out = _collect_orphans(vmis, {(r.vmi_namespace, r.vmi_name) for r in requests})
     for req in requests:
         vmi = vmis.get((req.vmi_namespace, req.vmi_name))
         if vmi is not None and vmi.labels.get(REQUEST_LABEL) != str(req.pk):

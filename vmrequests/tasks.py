@@ -8,6 +8,8 @@ task is idempotent (CONVENTIONS "Background work"). ``acks_late`` + ``reject_on_
 from __future__ import annotations
 
 import logging
+from numbers import Real
+from typing import cast
 
 from celery import shared_task
 from celery.app.task import Task
@@ -51,7 +53,7 @@ def provision(self: Task, request_id: int) -> str:  # type: ignore[type-arg]
     except provisioning.Wait as wait:
         again = self.signature_from_request(countdown=wait.countdown, retries=0)
         again.apply_async()
-        raise Retry(wait.why, when=wait.countdown, sig=again) from None
+        raise Retry(exc=wait, when=cast(Real, wait.countdown), sig=again) from None
     return outcome.action
 
 

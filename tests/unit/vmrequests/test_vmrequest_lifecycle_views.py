@@ -761,17 +761,17 @@ def test_progress_events_read_well(world: Any) -> None:
     assert timeline(html)[-4:] == [
         (
             "progress",
-            "progress by worker Set nvidia.com/vgpu.config on node v2 from (default) to T4-16Q; waiting for "
+            "provisioning step by worker Set nvidia.com/vgpu.config on node v2 from (default) to T4-16Q; waiting for "
             "the vGPU Device Manager. Node: v2 vGPU config: (default) → T4-16Q",
         ),
         (
             "progress",
-            "progress by worker Node v2 now offers 2 × nvidia.com/GRID_T4-16Q. Node: v2 "
+            "provisioning step by worker Node v2 now offers 2 × nvidia.com/GRID_T4-16Q. Node: v2 "
             "Now offers: 2 × nvidia.com/GRID_T4-16Q",
         ),
         (
             "progress",
-            "progress by worker Created VirtualMachineInstance team-quant/vm-1. VMI: team-quant/vm-1 "
+            "provisioning step by worker Created VirtualMachineInstance team-quant/vm-1. VMI: team-quant/vm-1 "
             "GPU resource: nvidia.com/GRID_T4-16Q Pinned to node v2 (re-profiled for this VM).",
         ),
         (

@@ -17,7 +17,17 @@ from django.utils import translation
 from gpuinventory.models import Reservation
 from portal import k8s
 from tests.factories import cluster_policy
-from tests.fake_k8s import A100, NOW, SSH_KEY, T4_8Q, T4_16Q, Clock, FakeCluster, live_request, provisioning_world
+from tests.fake_k8s import (
+    A100,
+    NOW,
+    SSH_KEY,
+    T4_8Q,
+    T4_16Q,
+    Clock,
+    FakeCluster,
+    live_request,
+    provisioning_world,
+)
 from tests.vmrequest_factories import stored_request
 from vmrequests import provisioning
 from vmrequests.models import VMRequest, VMRequestEvent
@@ -127,7 +137,14 @@ def test_vgpu_manifest_pinned_to_a_node_is_the_expected_document(w: Any) -> None
 
 def test_two_vgpus_both_have_display_off_and_a_ticket_without_source(w: Any) -> None:
     req = stored_request(
-        w.quant, w.alice, w.image, mode="vgpu", resource_name=T4_8Q, vgpu_type="T4-8Q", device_count=2, ticket_id="42"
+        w.quant,
+        w.alice,
+        w.image,
+        mode="vgpu",
+        resource_name=T4_8Q,
+        vgpu_type="T4-8Q",
+        device_count=2,
+        ticket_id="42",
     )
     manifest = provisioning.vmi_manifest(req, T4_8Q)
     assert manifest["spec"]["domain"]["devices"]["gpus"] == [
@@ -212,7 +229,28 @@ def test_approved_request_gets_its_vmi(w: Any, cluster: FakeCluster, clock: Cloc
     assert reservation(req) is not None
 
 
-def test_redelivery_adopts_the_vmi_the_first_delivery_created(w: Any, cluster: FakeCluster, clock: Clock) -> None:
+def test_a_vmi_created_after_the_request_moved_on_is_deleted(
+    w: Any, cluster: FakeCluster, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Released while the worker was creating the VMI: the VMI must not be left behind."""
+    req = live_request(w)
+    create = cluster.create_vmi
+
+    def create_then_release(namespace: str, body: dict[str, Any]) -> Any:
+        made = create(namespace, body)
+        VMRequest.objects.filter(pk=req.pk).update(status="deleted")
+        return made
+
+    monkeypatch.setattr(k8s, "create_vmi", create_then_release)
+    outcome = provisioning.provision(req.pk)
+    assert outcome == Outcome(req.pk, "lost", "the request moved on while its VMI was created; VMI deleted")
+    assert cluster.names()[-1] == "delete_vmi"
+    assert fresh(req).vmi_created_at is None
+
+
+def test_redelivery_adopts_the_vmi_the_first_delivery_created(
+    w: Any, cluster: FakeCluster, clock: Clock
+) -> None:
     req = live_request(w, "provisioning")
     cluster.add_vmi(
         "team-quant",
@@ -282,7 +320,9 @@ def test_permanent_errors_fail_fast_with_the_api_message(
     assert failed.data == {"error": str(error), "kind": type(error).__name__}
 
 
-def test_a_transient_error_propagates_and_changes_nothing_else(w: Any, cluster: FakeCluster, clock: Clock) -> None:
+def test_a_transient_error_propagates_and_changes_nothing_else(
+    w: Any, cluster: FakeCluster, clock: Clock
+) -> None:
     req = live_request(w)
     cluster.fail("create_vmi", k8s.K8sTransientError("Kubernetes API 503 Service Unavailable"))
     with pytest.raises(k8s.K8sTransientError, match="503"):
@@ -462,6 +502,20 @@ def test_first_pass_waits_while_the_node_is_being_reconfigured(
     assert fresh(vgpu).updated == NOW
 
 
+def test_first_pass_refuses_a_node_whose_config_failed(
+    vgpu: VMRequest, cluster: FakeCluster, clock: Clock
+) -> None:
+    cluster.nodes["v2"].labels[STATE] = "failed"
+    message = (
+        "Node v2 was not re-profiled: its vGPU Device Manager reports state failed for the current config. "
+        "An admin must look at the node first."
+    )
+    assert provisioning.provision(vgpu.pk) == Outcome(vgpu.pk, "failed", message)
+    assert "patch_node_labels" not in cluster.names()
+    assert cluster.nodes["v2"].labels == {CONFIG: "T4-8Q", STATE: "failed"}
+    assert reservation(fresh(vgpu)) is None
+
+
 def patched(vgpu: VMRequest, cluster: FakeCluster) -> None:
     """Run the first pass (label patched) and forget its calls."""
     first_pass(vgpu)
@@ -479,7 +533,9 @@ def test_second_pass_waits_while_pending(vgpu: VMRequest, cluster: FakeCluster, 
     assert fresh(vgpu).updated == clock.now
 
 
-def test_success_but_type_not_advertised_yet_waits(vgpu: VMRequest, cluster: FakeCluster, clock: Clock) -> None:
+def test_success_but_type_not_advertised_yet_waits(
+    vgpu: VMRequest, cluster: FakeCluster, clock: Clock
+) -> None:
     patched(vgpu, cluster)
     cluster.nodes["v2"].allocatable = {"cpu": "32", T4_8Q: "0"}
     wait = first_pass(vgpu)
@@ -516,7 +572,9 @@ def test_success_sets_the_resource_name_and_creates_the_vmi_pinned_to_the_node(
     assert cluster.calls == []
 
 
-def test_failed_state_puts_the_previous_label_back(vgpu: VMRequest, cluster: FakeCluster, clock: Clock) -> None:
+def test_failed_state_puts_the_previous_label_back(
+    vgpu: VMRequest, cluster: FakeCluster, clock: Clock
+) -> None:
     patched(vgpu, cluster)
     cluster.nodes["v2"].labels[STATE] = "failed"
     message = (
@@ -630,7 +688,11 @@ def test_redelivery_after_an_unrecorded_patch_keeps_the_previous_config_of_the_p
     ("function", "error", "calls"),
     [
         ("get_node", k8s.K8sNotFound("Kubernetes API 404 Not Found"), ["get_node"]),
-        ("list_pods_on_node", k8s.K8sForbidden("Kubernetes API 403 Forbidden"), ["get_node", "list_pods_on_node"]),
+        (
+            "list_pods_on_node",
+            k8s.K8sForbidden("Kubernetes API 403 Forbidden"),
+            ["get_node", "list_pods_on_node"],
+        ),
         (
             "patch_node_labels",
             k8s.K8sForbidden("Kubernetes API 403 Forbidden"),
@@ -666,7 +728,9 @@ def test_a_permanent_error_after_the_patch_puts_the_label_back(
     assert cluster.nodes["v2"].labels[CONFIG] == "T4-8Q"
 
 
-def test_a_transient_error_in_the_reprofile_propagates(vgpu: VMRequest, cluster: FakeCluster, clock: Clock) -> None:
+def test_a_transient_error_in_the_reprofile_propagates(
+    vgpu: VMRequest, cluster: FakeCluster, clock: Clock
+) -> None:
     cluster.fail("list_pods_on_node", k8s.K8sTransientError("Kubernetes API 503"))
     with pytest.raises(k8s.K8sTransientError):
         provisioning.provision(vgpu.pk)

@@ -112,7 +112,9 @@ def test_approved_waits_for_a_worker_then_is_requeued(w: Any, cluster: FakeClust
     assert reconcile_one(req, cluster) == Outcome(req.pk, "requeue")
 
 
-def test_provisioning_without_a_vmi_yet_waits_then_is_requeued(w: Any, cluster: FakeCluster, clock: Clock) -> None:
+def test_provisioning_without_a_vmi_yet_waits_then_is_requeued(
+    w: Any, cluster: FakeCluster, clock: Clock
+) -> None:
     req = live_request(w, "provisioning")
     assert reconcile_one(req, cluster) == Outcome(req.pk, "waiting")
     clock.advance(seconds=61)
@@ -156,8 +158,8 @@ def test_running_without_an_ip_waits(w: Any, cluster: FakeCluster) -> None:
             [{"type": "Ready", "status": "False", "reason": "PodFailed", "message": "virt-launcher crashed"}],
             "virt-launcher crashed",
         ),
-        ("Failed", None, "Failed"),
-        ("Succeeded", None, "Succeeded"),
+        ("Failed", None, ""),
+        ("Succeeded", None, ""),
     ],
 )
 def test_a_stopped_vmi_is_deleted_and_the_request_fails(
@@ -165,7 +167,7 @@ def test_a_stopped_vmi_is_deleted_and_the_request_fails(
 ) -> None:
     req = created(w)
     our_vmi(cluster, req, phase, node="p1", conditions=conditions)
-    message = f"The VM stopped ({phase}): {detail}"
+    message = f"The VM stopped ({phase}): {detail}" if detail else f"The VM stopped ({phase})."
     assert reconcile_one(req, cluster) == Outcome(req.pk, "failed", message)
     assert cluster.names()[-1:] == ["delete_vmi"]
     req = fresh(req)
@@ -179,7 +181,9 @@ def test_failed_create_not_permitted_deletes_the_vmi_and_asks_an_admin(w: Any, c
         cluster,
         req,
         "Pending",
-        conditions=[{"type": "Synchronized", "status": "False", "reason": "FailedCreate", "message": NOT_PERMITTED}],
+        conditions=[
+            {"type": "Synchronized", "status": "False", "reason": "FailedCreate", "message": NOT_PERMITTED}
+        ],
     )
     message = (
         "KubeVirt refused the GPU: nvidia.com/GA100_A100_PCIE_40GB is not permitted in the KubeVirt CR's "
@@ -211,7 +215,9 @@ def test_another_failed_create_reports_kubevirts_message(w: Any, cluster: FakeCl
 
 def test_synchronized_false_for_another_reason_keeps_waiting(w: Any, cluster: FakeCluster) -> None:
     req = created(w)
-    our_vmi(cluster, req, "Pending", conditions=[{"type": "Synchronized", "status": "False", "reason": "Other"}])
+    our_vmi(
+        cluster, req, "Pending", conditions=[{"type": "Synchronized", "status": "False", "reason": "Other"}]
+    )
     assert reconcile_one(req, cluster) == Outcome(req.pk, "waiting", "Pending")
 
 
@@ -224,14 +230,18 @@ def alternatives(w: Any) -> None:
     p4 = stored_node("p4", "vm-passthrough", gpu_model="L40S", gpu_count=1)
     stored_resource(p4, "nvidia.com/AD102GL_L40S", 1, model="L40S", pci_device_id="26b9", permitted=False)
     p5 = stored_node("p5", "vm-passthrough", gpu_model="A10", gpu_count=1)
-    stored_resource(p5, "nvidia.com/GA102GL_A10", 1, used=1, model="A10", pci_device_id="2236", permitted=True)
+    stored_resource(
+        p5, "nvidia.com/GA102GL_A10", 1, used=1, model="A10", pci_device_id="2236", permitted=True
+    )
 
 
 def test_scheduling_timeout_deletes_the_vmi_and_explains_in_plain_words(
     w: Any, cluster: FakeCluster, clock: Clock, alternatives: None
 ) -> None:
     req = created(w)
-    unschedulable = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": UNSCHEDULABLE}]
+    unschedulable = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": UNSCHEDULABLE}
+    ]
     our_vmi(cluster, req, "Scheduling", conditions=unschedulable)
     clock.advance(seconds=900)
     assert reconcile_one(req, cluster) == Outcome(req.pk, "waiting", "Scheduling")
@@ -252,12 +262,23 @@ def test_scheduling_timeout_deletes_the_vmi_and_explains_in_plain_words(
 
 
 def test_explain_unschedulable_for_a_vgpu_type_lists_free_types_by_node(w: Any, clock: Clock) -> None:
-    v3 = stored_node("v3", "vm-vgpu", gpu_model="Tesla T4", gpu_count=1, vgpu_config="T4-4Q", vgpu_config_state="success")
-    stored_resource(v3, "nvidia.com/GRID_T4-4Q", 4, model="Tesla T4", vgpu_type="T4-4Q", series="Q", permitted=True)
-    v4 = stored_node("v4", "vm-vgpu", gpu_model="Tesla T4", gpu_count=1, vgpu_config="T4-8Q", vgpu_config_state="success")
+    v3 = stored_node(
+        "v3", "vm-vgpu", gpu_model="Tesla T4", gpu_count=1, vgpu_config="T4-4Q", vgpu_config_state="success"
+    )
+    stored_resource(
+        v3, "nvidia.com/GRID_T4-4Q", 4, model="Tesla T4", vgpu_type="T4-4Q", series="Q", permitted=True
+    )
+    v4 = stored_node(
+        "v4", "vm-vgpu", gpu_model="Tesla T4", gpu_count=1, vgpu_config="T4-8Q", vgpu_config_state="success"
+    )
     stored_resource(v4, T4_8Q, 2, model="Tesla T4", vgpu_type="T4-8Q", series="Q", permitted=True)
     req = live_request(
-        w, "provisioning", mode="vgpu", resource_name="nvidia.com/GRID_T4-16Q", vgpu_type="T4-16Q", device_count=2
+        w,
+        "provisioning",
+        mode="vgpu",
+        resource_name="nvidia.com/GRID_T4-16Q",
+        vgpu_type="T4-16Q",
+        device_count=2,
     )
     message = "0/4 nodes are available: 4 Insufficient nvidia.com/GRID_T4-16Q."
     assert provisioning.explain_unschedulable(req, message, CapacitySnapshot()) == (
@@ -275,7 +296,9 @@ def test_explain_unschedulable_without_insufficient_resources(w: Any) -> None:
     )
 
 
-def test_a_timeout_without_a_scheduler_message_says_no_empty_brackets(w: Any, cluster: FakeCluster, clock: Clock) -> None:
+def test_a_timeout_without_a_scheduler_message_says_no_empty_brackets(
+    w: Any, cluster: FakeCluster, clock: Clock
+) -> None:
     req = created(w)
     our_vmi(cluster, req, "Pending")
     clock.advance(seconds=901)
@@ -316,7 +339,13 @@ def test_running_vmi_deleted_outside_marks_the_request_deleted(w: Any, cluster: 
     req = fresh(req)
     assert (req.status, req.deletion_reason) == ("deleted", "deleted_outside")
     assert events(req) == [
-        ("mark_deleted", "running", "deleted", "worker", "The VirtualMachineInstance was deleted outside the portal.")
+        (
+            "mark_deleted",
+            "running",
+            "deleted",
+            "worker",
+            "The VirtualMachineInstance was deleted outside the portal.",
+        )
     ]
     assert Reservation.objects.filter(holder=req.holder).exists() is False
 
@@ -384,7 +413,13 @@ def test_deleting_deletes_once_then_marks_deleted_when_gone(w: Any, cluster: Fak
     req = fresh(req)
     assert (req.status, req.deletion_reason) == ("deleted", "released")
     assert events(req) == [
-        ("mark_deleted", "deleting", "deleted", "worker", "The VirtualMachineInstance is gone; its devices are free.")
+        (
+            "mark_deleted",
+            "deleting",
+            "deleted",
+            "worker",
+            "The VirtualMachineInstance is gone; its devices are free.",
+        )
     ]
     assert Reservation.objects.filter(holder=req.holder).exists() is False
 
@@ -398,7 +433,9 @@ def test_other_statuses_are_skipped(w: Any, cluster: FakeCluster, status: str) -
 # --- reconcile(): one LIST for all ------------------------------------------------------------
 
 
-def test_reconcile_lists_once_and_handles_every_live_request(w: Any, cluster: FakeCluster, clock: Clock) -> None:
+def test_reconcile_lists_once_and_handles_every_live_request(
+    w: Any, cluster: FakeCluster, clock: Clock
+) -> None:
     starting = created(w)
     our_vmi(cluster, starting, "Running", node="p1", ip="10.0.0.5")
     waiting = live_request(w, "approved")
@@ -413,9 +450,19 @@ def test_reconcile_lists_once_and_handles_every_live_request(w: Any, cluster: Fa
     assert cluster.calls == [("list_vmis_labelled", "app.kubernetes.io/managed-by=gpu-vm-portal")]
 
 
-def test_reconcile_without_live_requests_does_not_call_the_api(w: Any, cluster: FakeCluster) -> None:
+def test_reconcile_without_live_requests_only_lists(w: Any, cluster: FakeCluster) -> None:
     live_request(w, "failed")
-    assert (provisioning.reconcile(), cluster.calls) == ([], [])
+    assert provisioning.reconcile() == []
+    assert cluster.names() == ["list_vmis_labelled"]
+
+
+def test_reconcile_deletes_the_vmi_of_an_ended_request(w: Any, cluster: FakeCluster) -> None:
+    ended = created(w)
+    our_vmi(cluster, ended, "Running", node="p1")
+    VMRequest.objects.filter(pk=ended.pk).update(status="deleted")
+    assert provisioning.reconcile() == [Outcome(ended.pk, "orphan_deleted")]
+    assert cluster.names() == ["list_vmis_labelled", "delete_vmi"]
+    assert provisioning.reconcile() == []  # being deleted: not again
 
 
 def test_requeue_touches_updated_so_the_next_reconcile_does_not_requeue_again(
@@ -424,7 +471,10 @@ def test_requeue_touches_updated_so_the_next_reconcile_does_not_requeue_again(
     approved = live_request(w, "approved")
     started = live_request(w, "provisioning")
     clock.advance(seconds=61)
-    assert provisioning.reconcile() == [Outcome(started.pk, "requeue", "no VMI yet"), Outcome(approved.pk, "requeue")]
+    assert provisioning.reconcile() == [
+        Outcome(started.pk, "requeue", "no VMI yet"),
+        Outcome(approved.pk, "requeue"),
+    ]
     assert [fresh(r).updated for r in (approved, started)] == [clock.now, clock.now]
     clock.advance(seconds=5)
     assert provisioning.reconcile() == [Outcome(started.pk, "waiting"), Outcome(approved.pk, "waiting")]
@@ -473,3 +523,15 @@ def test_a_transient_error_for_one_request_propagates(w: Any, cluster: FakeClust
     with pytest.raises(k8s.K8sTransientError):
         provisioning.reconcile()
     assert fresh(req).status == "provisioning"
+
+
+def test_a_scheduled_vmi_does_not_time_out_waiting_for_a_node(
+    w: Any, cluster: FakeCluster, clock: Clock, settings: Any
+) -> None:
+    """Placed on a node (image pull, boot): the scheduling timeout no longer applies."""
+    settings.PORTAL_SCHEDULING_TIMEOUT = 60
+    req = created(w)
+    our_vmi(cluster, req, "Scheduled", node="p1")
+    clock.advance(seconds=3600)
+    assert reconcile_one(req, cluster) == Outcome(req.pk, "waiting", "Scheduled")
+    assert "delete_vmi" not in cluster.names()

@@ -19,7 +19,12 @@ class Command(BaseCommand):
     help = "Watch the portal's VMIs and reconcile each change at once (Ctrl-C stops)."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--watch-seconds", type=int, default=10, help="server-side watch timeout (s); also bounds how long a stop takes")
+        parser.add_argument(
+            "--watch-seconds",
+            type=int,
+            default=10,
+            help="server-side watch timeout (s); also bounds how long a stop takes",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         stop = threading.Event()
