@@ -1,14 +1,10 @@
-"""Request pages: the new-request form (``new.py``) and the lists, detail, approval queue and
-the lifecycle actions (``lists.py``). Views call ``vmrequests.approval`` / ``vmrequests.placement`` and never talk to
+"""Request pages: the new-request form (``new.py``), the lists, request page and approval queue
+(``lists.py``) and the actions (``actions.py``). Views call ``vmrequests.approval`` / ``vmrequests.placement`` and never talk to
 Kubernetes (CONVENTIONS "Data and calls flow one way")."""
 
 from __future__ import annotations
 
-from vmrequests.views.lists import (
-    MyVMRequestListView,
-    VMRequestListView,
-    approval_queue,
-    vmrequest,
+from vmrequests.views.actions import (
     vmrequest_approve,
     vmrequest_cancel,
     vmrequest_extend,
@@ -17,8 +13,14 @@ from vmrequests.views.lists import (
     vmrequest_reject,
     vmrequest_release,
     vmrequest_retry,
-    vmrequest_status,
     vmrequest_terminate,
+)
+from vmrequests.views.lists import (
+    MyVMRequestListView,
+    VMRequestListView,
+    approval_queue,
+    vmrequest,
+    vmrequest_status,
 )
 from vmrequests.views.new import vmrequest_add, vmrequest_gpu_options
 

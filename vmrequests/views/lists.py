@@ -18,28 +18,24 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.dateparse import parse_datetime
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
-from django.views.decorators.http import require_POST, require_safe
+from django.views.decorators.http import require_safe
 from django_htmx.http import HttpResponseStopPolling
 
 from gpuinventory.capacity import CapacitySnapshot
 from portal.views_mixins import FilteredTableListMixin
-from vmrequests import approval
-from vmrequests.approval import ApprovalRefused, NotAllowed
 from vmrequests.choices import TRANSITIONS, EventAction, VMRequestStatus
 from vmrequests.filtersets import VMRequestFilterSet
-from vmrequests.models import TransitionError, VMRequest, VMRequestEvent
+from vmrequests.models import VMRequest, VMRequestEvent
 from vmrequests.placement import QuotaBook, Verdict, check_request
 from vmrequests.roles import APPROVE_PERMISSION
 from vmrequests.sshkeys import describe_ssh_key
@@ -384,245 +380,3 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
         "vmrequests/approval_queue.html",
         {"rows": rows, "queue_url": reverse("vmrequests:approval_queue")},
     )
-
-
-# --- actions -----------------------------------------------------------------------------------
-
-
-def _visible_or_404(request: HttpRequest, pk: int) -> VMRequest:
-    return get_object_or_404(
-        VMRequest.objects.visible_to(request.user).select_related("team", "requester"), pk=pk
-    )
-
-
-def _back(request: HttpRequest, req: VMRequest) -> HttpResponseRedirect:
-    """Redirect to the POSTed ``next`` when it is a safe URL on this site, else the request page."""
-    target = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        target = req.get_absolute_url()
-    return HttpResponseRedirect(target)
-
-
-@require_POST
-def vmrequest_approve(request: HttpRequest, pk: int) -> HttpResponse:
-    """Approve with an optional ``note``: re-checks capacity and quota and reserves the devices.
-
-    404 when not visible, 403 when the user may not decide it; a request that no longer fits or
-    was already decided is reported as a message and nothing changes.
-    """
-    req = _visible_or_404(request, pk)
-    note = request.POST.get("note", "").strip()
-    try:
-        placement = approval.approve(req, request.user, note)
-    except NotAllowed as exc:
-        return forbidden(request, str(exc))
-    except ApprovalRefused as exc:
-        messages.error(
-            request,
-            _("Request #%(id)s was not approved: %(why)s")
-            % {"id": req.pk, "why": " ".join(exc.verdict.problems())},
-        )
-    except TransitionError as exc:
-        messages.warning(request, str(exc))
-    else:
-        messages.success(
-            request, _("Request #%(id)s approved. %(where)s") % {"id": req.pk, "where": placement.describe()}
-        )
-    return _back(request, req)
-
-
-@require_POST
-def vmrequest_reject(request: HttpRequest, pk: int) -> HttpResponse:
-    """Reject with a required ``reason``. 404 when not visible, 403 when the user may not decide
-    it; a blank reason or an already decided request is reported and nothing changes."""
-    req = _visible_or_404(request, pk)
-    reason = request.POST.get("reason", "").strip()
-    try:
-        approval.reject(req, request.user, reason)
-    except NotAllowed as exc:
-        return forbidden(request, str(exc))
-    except ValueError:
-        messages.error(request, _("Request #%(id)s was not rejected: give a reason.") % {"id": req.pk})
-    except TransitionError as exc:
-        messages.warning(request, str(exc))
-    else:
-        messages.success(request, _("Request #%(id)s rejected.") % {"id": req.pk})
-    return _back(request, req)
-
-
-@require_POST
-def vmrequest_cancel(request: HttpRequest, pk: int) -> HttpResponse:
-    """Cancel (the requester or a decider, while submitted or approved) with an optional ``note``;
-    frees any reservation. 404 when not visible, 403 for other team members."""
-    req = _visible_or_404(request, pk)
-    note = request.POST.get("note", "").strip()
-    try:
-        approval.cancel(req, request.user, note)
-    except NotAllowed as exc:
-        return forbidden(request, str(exc))
-    except TransitionError as exc:
-        messages.warning(request, str(exc))
-    else:
-        messages.success(request, _("Request #%(id)s cancelled.") % {"id": req.pk})
-    return _back(request, req)
-
-
-@require_POST
-def vmrequest_release(request: HttpRequest, pk: int) -> HttpResponse:
-    """End a provisioning or running VM early (the requester or a decider) with an optional
-    ``note``: the request moves to deleting and the worker deletes the VMI (enqueued on commit).
-    404 when not visible, 403 for other team members; any other status is a warning."""
-    req = _visible_or_404(request, pk)
-    note = request.POST.get("note", "").strip()
-    try:
-        approval.release(req, request.user, note)
-    except NotAllowed as exc:
-        return forbidden(request, str(exc))
-    except TransitionError as exc:
-        messages.warning(request, str(exc))
-    else:
-        messages.success(request, _("Request #%(id)s released; the VM is being deleted.") % {"id": req.pk})
-    return _back(request, req)
-
-
-@require_POST
-def vmrequest_terminate(request: HttpRequest, pk: int) -> HttpResponse:
-    """End a provisioning or running VM (deciders) with a required ``reason``; the worker deletes
-    the VMI (enqueued on commit). 404 when not visible, 403 when the user may not decide it; a
-    blank reason or another status is reported and nothing changes."""
-    req = _visible_or_404(request, pk)
-    reason = request.POST.get("reason", "").strip()
-    try:
-        approval.terminate(req, request.user, reason)
-    except NotAllowed as exc:
-        return forbidden(request, str(exc))
-    except ValueError:
-        messages.error(request, _("Request #%(id)s was not terminated: give a reason.") % {"id": req.pk})
-    except TransitionError as exc:
-        messages.warning(request, str(exc))
-    else:
-        messages.success(request, _("Request #%(id)s terminated; the VM is being deleted.") % {"id": req.pk})
-    return _back(request, req)
-
-
-def _days(value: str) -> int:
-    """The POSTed number of days, or 0 when it is not a whole number (the service then refuses it
-    with its "1 to N days" message, after its own permission check)."""
-    try:
-        return int(value.strip())
-    except ValueError:
-        return 0
-
-
-@require_POST
-def vmrequest_extend(request: HttpRequest, pk: int) -> HttpResponse:
-    """The requester of a running VM asks for ``days`` (1 … the team's maximum lease) more, with
-    a ``reason``; an approver decides. 404 when not visible, 403 for anyone but the requester; a
-    bad number of days or an extension already pending is an error, another status a warning;
-    nothing changes in either case."""
-    req = _visible_or_404(request, pk)
-    days = _days(request.POST.get("days", ""))
-    reason = request.POST.get("reason", "").strip()
-    try:
-        approval.request_extension(req, request.user, days, reason)
-    except NotAllowed as exc:
-        return forbidden(request, str(exc))
-    except TransitionError as exc:
-        status = VMRequestStatus(exc.current).label if exc.current in VMRequestStatus.values else exc.current
-        messages.warning(
-            request,
-            _("Request #%(id)s is %(status)s; only the lease of a running VM can be extended.")
-            % {"id": req.pk, "status": status},
-        )
-    except ValueError as exc:
-        messages.error(
-            request, _("Request #%(id)s: no extension requested. %(why)s") % {"id": req.pk, "why": exc}
-        )
-    else:
-        messages.success(
-            request,
-            ngettext(
-                "Request #%(id)s: %(days)s more day asked for; an approver decides.",
-                "Request #%(id)s: %(days)s more days asked for; an approver decides.",
-                days,
-            )
-            % {"id": req.pk, "days": days},
-        )
-    return _back(request, req)
-
-
-def _decide_extension(request: HttpRequest, pk: int, *, approve: bool) -> HttpResponse:
-    req = _visible_or_404(request, pk)
-    note = request.POST.get("note", "").strip()
-    days = req.extension_days_requested
-    try:
-        approval.decide_extension(req, request.user, approve=approve, note=note)
-    except NotAllowed as exc:
-        return forbidden(request, str(exc))
-    except ValueError as exc:
-        messages.error(request, _("Request #%(id)s: %(why)s") % {"id": req.pk, "why": exc})
-    else:
-        if approve:
-            end = (
-                formats.date_format(timezone.localtime(req.lease_end), "DATETIME_FORMAT")
-                if req.lease_end
-                else ""
-            )
-            messages.success(
-                request,
-                ngettext(
-                    "Request #%(id)s: lease extended by %(days)s day, to %(end)s.",
-                    "Request #%(id)s: lease extended by %(days)s days, to %(end)s.",
-                    days or 0,
-                )
-                % {"id": req.pk, "days": days, "end": end},
-            )
-        else:
-            messages.success(request, _("Request #%(id)s: lease extension refused.") % {"id": req.pk})
-    return _back(request, req)
-
-
-@require_POST
-def vmrequest_extension_approve(request: HttpRequest, pk: int) -> HttpResponse:
-    """Grant the pending lease extension (deciders) with an optional ``note``: the lease end
-    moves by the requested days and the expiry warning re-arms. 404 when not visible, 403 when
-    the user may not decide it; no extension pending is an error and nothing changes."""
-    return _decide_extension(request, pk, approve=True)
-
-
-@require_POST
-def vmrequest_extension_reject(request: HttpRequest, pk: int) -> HttpResponse:
-    """Refuse the pending lease extension (deciders) with an optional ``note``; the lease end
-    stays. 404 when not visible, 403 when the user may not decide it; no extension pending is an
-    error and nothing changes."""
-    return _decide_extension(request, pk, approve=False)
-
-
-@require_POST
-def vmrequest_retry(request: HttpRequest, pk: int) -> HttpResponse:
-    """Approve a failed request again (deciders) with an optional ``note``: re-checks capacity
-    and quota, reserves anew and enqueues provisioning on commit. 404 when not visible, 403 when
-    the user may not decide it; a request that no longer fits is an error with the plain reason,
-    another status a warning; nothing changes in either case."""
-    req = _visible_or_404(request, pk)
-    note = request.POST.get("note", "").strip()
-    try:
-        placement = approval.retry(req, request.user, note)
-    except NotAllowed as exc:
-        return forbidden(request, str(exc))
-    except ApprovalRefused as exc:
-        messages.error(
-            request,
-            _("Request #%(id)s was not retried: %(why)s")
-            % {"id": req.pk, "why": " ".join(exc.verdict.problems())},
-        )
-    except TransitionError as exc:
-        messages.warning(request, str(exc))
-    else:
-        messages.success(
-            request,
-            _("Request #%(id)s approved again. %(where)s") % {"id": req.pk, "where": placement.describe()},
-        )
-    return _back(request, req)

@@ -73,6 +73,9 @@ T4_8Q = "nvidia.com/GRID_T4-8Q"
 T4_NODE = "t4-node-01"
 VGPU_CONFIG = "nvidia.com/vgpu.config"
 VGPU_STATE = "nvidia.com/vgpu.config.state"
+#: The GPU Operator runs the vGPU Device Manager on a node only while this label is "true"; the
+#: operator leaves a "false" set by an admin alone (DOMAIN.md §1).
+DM_DEPLOY = "nvidia.com/gpu.deploy.vgpu-device-manager"
 VMI = ("kubevirt.io", "v1")
 GPU_OPERATOR_NS = "gpu-operator"
 VGPU_CONFIGMAP = "custom-vgpu-config"
@@ -106,10 +109,11 @@ class ClusterGuard:
         self.permitted: dict[str, Any] | None = None
 
     def keep_node(self, name: str) -> dict[str, str | None]:
-        """Remember ``name``'s vGPU labels and GPU allocatable; returns the labels."""
-        labels = vgpu_labels(self.api, name)
+        """Remember ``name``'s vGPU config labels, its vGPU Device Manager deploy label and GPU
+        allocatable; returns the vGPU config labels."""
+        labels = node_labels(self.api, name, VGPU_CONFIG, VGPU_STATE, DM_DEPLOY)
         self.nodes[name] = (labels, gpu_allocatable(self.api, name))
-        return labels
+        return {VGPU_CONFIG: labels[VGPU_CONFIG], VGPU_STATE: labels[VGPU_STATE]}
 
     def keep_vgpu_configmap(self) -> dict[str, str]:
         """Remember the vGPU Device Manager's ConfigMap data; returns a copy."""
@@ -156,14 +160,17 @@ class ClusterGuard:
                 {"spec": {"configuration": {"permittedHostDevices": self.permitted}}},
             )
         for name, (labels, allocatable) in self.nodes.items():
-            self.core.patch_node(name, {"metadata": {"labels": {VGPU_CONFIG: labels[VGPU_CONFIG]}}})
-            wait_for(
-                lambda name=name, labels=labels, allocatable=allocatable: (  # type: ignore[misc]
-                    vgpu_labels(self.api, name) == labels and gpu_allocatable(self.api, name) == allocatable
-                ),
-                f"node {name} back to {labels} with allocatable {allocatable}",
-                timeout=DEADLINE,
+            self.core.patch_node(
+                name, {"metadata": {"labels": {key: labels[key] for key in (VGPU_CONFIG, DM_DEPLOY)}}}
             )
+
+            def back(name: str = name, labels: dict[str, str | None] = labels) -> bool:
+                return (
+                    node_labels(self.api, name, *labels) == labels
+                    and gpu_allocatable(self.api, name) == allocatable
+                )
+
+            wait_for(back, f"node {name} back to {labels} with allocatable {allocatable}", timeout=DEADLINE)
 
 
 @pytest.fixture
@@ -313,10 +320,15 @@ def reprofile_events(req: VMRequest) -> list[tuple[str, str, str, str, str]]:
 # --- cluster reads -------------------------------------------------------------------------------
 
 
+def node_labels(api: k8s_client.ApiClient, name: str, *keys: str) -> dict[str, str | None]:
+    """The labels ``keys`` of a node (None: absent)."""
+    labels = k8s_client.CoreV1Api(api).read_node(name).metadata.labels or {}
+    return {key: labels.get(key) for key in keys}
+
+
 def vgpu_labels(api: k8s_client.ApiClient, name: str) -> dict[str, str | None]:
     """A node's ``nvidia.com/vgpu.config`` and ``.state`` labels (None: absent)."""
-    labels = k8s_client.CoreV1Api(api).read_node(name).metadata.labels or {}
-    return {VGPU_CONFIG: labels.get(VGPU_CONFIG), VGPU_STATE: labels.get(VGPU_STATE)}
+    return node_labels(api, name, VGPU_CONFIG, VGPU_STATE)
 
 
 def vmis_of(api: k8s_client.ApiClient, req: VMRequest) -> list[dict[str, Any]]:
@@ -390,8 +402,10 @@ def assert_running_on(
         resource,
         "",
     )
+    # The lease starts when the VM runs: 7 days from the mark_running transition.
     running_at = req.events.get(action="mark_running").created
-    assert timedelta(days=7) - timedelta(seconds=5) < req.lease_end - running_at <= timedelta(days=7)
+    assert req.lease_end is not None
+    assert timedelta(days=7) - timedelta(minutes=1) < req.lease_end - running_at <= timedelta(days=7)
     assert_manifest(vmi, vmi_manifest(req, resource, pin), node)
     return vmi
 
