@@ -129,8 +129,10 @@ def submit(spec: RequestSpec, requester: Any, *, submitted_by: Any = None) -> VM
             message=spec.justification,
             data=data,
         )
-        transaction.on_commit(lambda: request_transitioned.send(sender=VMRequest, request=req, event=event))
+    # Auto-approval first, then the "submitted" signal: approvers are not asked to decide a
+    # request a rule has just approved (notifications look at the status when they send).
     _try_auto_approval(req)
+    transaction.on_commit(lambda: request_transitioned.send(sender=VMRequest, request=req, event=event))
     return req
 
 
@@ -170,6 +172,8 @@ def approve(req: VMRequest, by: Any, note: str = "") -> Placement:
     """
     if not can_decide(by, req):
         raise NotAllowed(_("You are not an approver of team %(team)s.") % {"team": req.team})
+    if by == req.requester and not by.is_superuser:
+        raise NotAllowed(_("You cannot approve your own request: another approver of the team must."))
     return _approve_locked(req, by=by, note=note, rule=None)
 
 

@@ -137,12 +137,12 @@ class VMRequestForm(forms.Form):
     )
     justification = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 4}),
-        min_length=10,
+        min_length=5,
         label=gettext_lazy("Justification"),
         help_text=gettext_lazy("What the VM is for; approvers read this."),
         error_messages={
-            "min_length": gettext_lazy("Say in a sentence why you need this VM (at least 10 characters)."),
-            "required": gettext_lazy("Say in a sentence why you need this VM (at least 10 characters)."),
+            "min_length": gettext_lazy("Say in a sentence why you need this VM (at least 5 characters)."),
+            "required": gettext_lazy("Say in a sentence why you need this VM (at least 5 characters)."),
         },
     )
     ticket_id = forms.CharField(required=False, max_length=100, label=gettext_lazy("Ticket ID (optional)"))
@@ -286,8 +286,16 @@ class VMRequestForm(forms.Form):
         )
 
     def clean_ssh_public_key(self) -> str:
-        """The normalised key (``sshkeys.validate_ssh_public_key``)."""
-        return validate_ssh_public_key(self.cleaned_data["ssh_public_key"])
+        """The normalised key (``sshkeys.validate_ssh_public_key``). A pasted private key is not
+        sent back to the browser in the re-rendered form."""
+        try:
+            return validate_ssh_public_key(self.cleaned_data["ssh_public_key"])
+        except forms.ValidationError as exc:
+            if exc.code == "private":
+                data = dict(self.data.items())
+                data["ssh_public_key"] = ""
+                self.data = data
+            raise
 
     def clean_name(self) -> str:
         """Refuse names shaped like generated ones (``<user>-vm-<number>``)."""

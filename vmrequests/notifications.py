@@ -29,7 +29,7 @@ from django.utils import dateformat, timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import override
 
-from vmrequests.choices import DeletionReason, EventAction
+from vmrequests.choices import DeletionReason, EventAction, VMRequestStatus
 from vmrequests.models import VMRequest, VMRequestEvent
 from vmrequests.roles import APPROVE_PERMISSION
 
@@ -174,7 +174,8 @@ def on_request_transitioned(sender: Any, request: VMRequest, event: VMRequestEve
     try:
         req = _fresh(request)
         if action == EventAction.SUBMIT:
-            notify_approvers(req)
+            if req.status == VMRequestStatus.SUBMITTED:  # not when a rule already approved it
+                notify_approvers(req)
         else:
             notify_requester(req, REQUESTER_MAILS[action], event)
     except Exception:

@@ -369,7 +369,7 @@ class Verdict:
         for q in self.over_quota:
             out.append(
                 _(
-                    "Your team's quota for %(scope)s is %(limit)s devices; %(used)s are held, so %(requested)s more do not fit."
+                    "Your team's quota for %(scope)s is %(limit)s devices and %(used)s are held; this request needs %(requested)s more."
                 )
                 % {"scope": q.scope, "limit": q.limit, "used": q.used, "requested": q.requested}
             )

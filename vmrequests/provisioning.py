@@ -464,7 +464,17 @@ def _create_vmi(req: VMRequest, res: Reservation) -> Outcome:
             "adopted",
             _("VirtualMachineInstance %(ns)s/%(name)s already existed for this request; adopted."),
         )
-    except (k8s.K8sInvalid, k8s.K8sForbidden, k8s.K8sNotFound) as exc:
+    except k8s.K8sNotFound as exc:
+        return _fail(
+            req,
+            _(
+                "Namespace %(ns)s does not exist in the cluster (or KubeVirt is not installed). An admin must "
+                "create it or correct the team's namespace; then an approver can retry."
+            )
+            % {"ns": req.vmi_namespace},
+            data={"error": str(exc), "kind": type(exc).__name__},
+        )
+    except (k8s.K8sInvalid, k8s.K8sForbidden) as exc:
         return _fail(
             req,
             _("Kubernetes refused the VirtualMachineInstance: %(error)s") % {"error": exc},

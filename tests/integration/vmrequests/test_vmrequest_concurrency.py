@@ -44,7 +44,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 A2000 = "nvidia.com/GA106_RTX_A2000_12GB"
 A100 = "nvidia.com/GA100_A100_PCIE_40GB"
 LAST_A2000_GONE = "All RTX A2000 12GB GPUs are in use or reserved right now."
-A100_QUOTA_FULL = f"Your team's quota for {A100} is 1 devices; 1 are held, so 1 more do not fit."
+A100_QUOTA_FULL = f"Your team's quota for {A100} is 1 devices and 1 are held; this request needs 1 more."
 #: How long a thread may take at most before the test calls it stuck (the SQLite busy timeout
 #: is 20 s; nothing here should come close).
 JOIN_TIMEOUT = 120.0

@@ -164,7 +164,11 @@ class ClusterGuard:
                 name, {"metadata": {"labels": {key: labels[key] for key in (VGPU_CONFIG, DM_DEPLOY)}}}
             )
 
-            def back(name: str = name, labels: dict[str, str | None] = labels) -> bool:
+            def back(
+                name: str = name,
+                labels: dict[str, str | None] = labels,
+                allocatable: dict[str, str] = allocatable,
+            ) -> bool:
                 return (
                     node_labels(self.api, name, *labels) == labels
                     and gpu_allocatable(self.api, name) == allocatable
@@ -653,10 +657,12 @@ def test_unschedulable_vmi_times_out_and_is_deleted(
         return None
 
     scheduler_says = wait_for(unschedulable, "our VMI unschedulable", timeout=DEADLINE)
-    assert f"Insufficient {A2000}" in scheduler_says
+    assert f"1 Insufficient {A2000}" in scheduler_says
+    # Within PORTAL_SCHEDULING_TIMEOUT (default 15 min) reconcile waits; past a short one it fails.
+    assert [o.action for o in reconcile_pass() if o.request_id == req.pk] == ["waiting"]
     with override_settings(PORTAL_SCHEDULING_TIMEOUT=SCHEDULING_TIMEOUT):
         actions = reconcile_until(req, {S.FAILED, S.RUNNING}, worker)
-    assert (actions[0], actions[-1], actions.count("failed")) == ("waiting", "failed", 1)
+    assert (actions[-1], actions.count("failed"), set(actions)) == ("failed", 1, {"waiting", "failed"})
     reason = (
         "Timed out waiting for a node (0.2 min); the VMI was deleted so it does not hold a place. "
         "No node has 1 free GA106_RTX_A2000_12GB right now. "
@@ -713,6 +719,17 @@ def test_lease_expiry_deletes_the_vmi_and_the_request(
     assert vmi["metadata"]["uid"]  # the one VMI that ran is the one that was deleted
 
 
+def holds_a_waiting_provision(worker: WorkerProcess) -> bool:
+    """The worker's last provision lines: a re-profile check ended in a retry, and the worker then
+    received that retry message (it holds it, unacknowledged, until its countdown ends)."""
+    lines = [line for line in worker.log().splitlines() if "Task vmrequests.provision[" in line]
+    return (
+        len(lines) >= 2
+        and "retry: Retry in 2.0s: Wait('waiting for t4-node-01: state success')" in lines[-2]
+        and lines[-1].endswith(" received")
+    )
+
+
 def test_worker_killed_during_reprofile_gives_exactly_one_vmi(
     world: World,
     start_worker: Callable[..., WorkerProcess],
@@ -720,30 +737,51 @@ def test_worker_killed_during_reprofile_gives_exactly_one_vmi(
     k8s_api: k8s_client.ApiClient,
 ) -> None:
     cluster.keep_node(T4_NODE)
+    core = k8s_client.CoreV1Api(k8s_api)
+    # The vGPU Device Manager is held on t4-node-01 (deploy label "false"), so the re-profile
+    # cannot finish before the kill, as a real one that takes minutes would not.
+    core.patch_node(T4_NODE, {"metadata": {"labels": {DM_DEPLOY: "false"}}})
     first = start_worker()
     req = submit_t4_16q(world)
     approve(req, world.approver)
-    # Right after the label patch the worker waits for the vGPU Device Manager (a retry with a
-    # countdown, its message unacknowledged in the worker): SIGKILL it there.
-    wait_for(
-        lambda: req.events.filter(action="progress").exists(), "the label patch recorded", timeout=DEADLINE
-    )
+    # Worker 1 patches the label, then checks every 2 s: each check is a retry whose message the
+    # worker fetches and holds, unacknowledged, until its countdown ends. SIGKILL it while it holds
+    # one (frozen first, so the state seen in its log is the state it dies in).
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        first.freeze()
+        if holds_a_waiting_provision(first):
+            break
+        first.thaw()
+        assert time.monotonic() < deadline, f"worker 1 never held a waiting provision:\n{first.log()}"
+        time.sleep(0.05)
     assert first.kill() == -9
+    assert first.count(r"Wait\('label patched'\)") == 1
     req.refresh_from_db()
     assert (req.status, req.vmi_created_at) == (S.PROVISIONING, None)
     assert vmis_of(k8s_api, req) == []
-    assert vgpu_labels(k8s_api, T4_NODE)[VGPU_CONFIG] == "T4-16Q"
+    assert vgpu_labels(k8s_api, T4_NODE) == {VGPU_CONFIG: "T4-16Q", VGPU_STATE: "success"}
+    assert T4_16Q not in gpu_allocatable(k8s_api, T4_NODE)  # that "success" is the old config's
 
-    # The lost message is not coming back (file broker: gone; Redis: only after the visibility
-    # timeout): reconcile sees no progress for PORTAL_REQUEUE_AFTER and enqueues it again.
+    # The device manager runs again and applies T4-16Q.
+    core.patch_node(T4_NODE, {"metadata": {"labels": {DM_DEPLOY: "true"}}})
+    wait_for(
+        lambda: gpu_allocatable(k8s_api, T4_NODE).get(T4_16Q) == "8", "T4-16Q on t4-node-01", timeout=DEADLINE
+    )
+    # The message worker 1 held is gone (file broker: deleted when fetched; Redis: back only
+    # after the one-hour visibility timeout). Reconcile sees no progress for PORTAL_REQUEUE_AFTER
+    # and enqueues provision again; worker 2 finishes the re-profile it finds half done.
     second = start_worker()
     with override_settings(PORTAL_REQUEUE_AFTER=REQUEUE_AFTER):
         actions = reconcile_until(req, {S.RUNNING, S.FAILED}, second)
     assert "requeue" in actions and actions[-1] == "running"
-    assert second.count(r"Task vmrequests\.provision\[.*\] received") >= 1
+    assert second.count(r"Task vmrequests\.provision\[.*\] succeeded in .*: 'created'") == 1
+    assert second.count(r"Task vmrequests\.provision\[.*\] succeeded in .*: 'adopted'") == 0
     assert_running_on(k8s_api, req, T4_NODE, T4_16Q, T4_NODE)
     assert len(vmis_of(k8s_api, req)) == 1
+    # One label patch, one VMI created: nothing was done twice.
     assert timeline(req) == [*head(), *reprofile_events(req), created(req), running(req)]
+    assert vgpu_labels(k8s_api, T4_NODE) == {VGPU_CONFIG: "T4-16Q", VGPU_STATE: "success"}
 
 
 def test_api_server_outage_is_retried_then_runs(

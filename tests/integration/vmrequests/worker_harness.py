@@ -103,6 +103,14 @@ class WorkerProcess:
             time.sleep(0.1)
         raise AssertionError(f"worker not ready after {timeout} s:\n{self.log()}")
 
+    def freeze(self) -> None:
+        """SIGSTOP the worker: it does nothing (and logs nothing) until :meth:`thaw`."""
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT a frozen worker."""
+        os.killpg(self.process.pid, signal.SIGCONT)
+
     def kill(self) -> int:
         """SIGKILL the worker's process group (no shutdown, no acknowledgements); its exit code."""
         if self.process.poll() is None:

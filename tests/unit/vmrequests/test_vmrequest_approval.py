@@ -250,7 +250,7 @@ def test_over_quota_at_approval_is_refused(world: dict[str, Any]) -> None:
     with pytest.raises(ApprovalRefused) as exc:
         approval.approve(req, world["bob"])
     assert exc.value.verdict.problems() == [
-        "Your team's quota for any GPU is 1 devices; 1 are held, so 1 more do not fit."
+        "Your team's quota for any GPU is 1 devices and 1 are held; this request needs 1 more."
     ]
     assert VMRequest.objects.get(pk=req.pk).status == "submitted"
     assert [r[0] for r in reservations()] == [held.holder]
@@ -263,6 +263,15 @@ def test_approve_by_a_non_approver_is_not_allowed(world: dict[str, Any], who: st
         approval.approve(req, world[who])
     assert VMRequest.objects.get(pk=req.pk).status == "submitted"
     assert reservations() == []
+
+
+def test_an_approver_cannot_approve_their_own_request(world: dict[str, Any]) -> None:
+    req = approval.submit(spec(world), world["bob"])
+    with pytest.raises(
+        NotAllowed, match=r"^You cannot approve your own request: another approver of the team must\.$"
+    ):
+        approval.approve(req, world["bob"])
+    assert (VMRequest.objects.get(pk=req.pk).status, reservations()) == ("submitted", [])
 
 
 def test_superuser_may_approve(world: dict[str, Any]) -> None:

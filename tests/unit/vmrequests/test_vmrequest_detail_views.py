@@ -510,8 +510,8 @@ def test_approve_over_quota_is_refused_with_the_reason(world: Any) -> None:
     assert messages_of(response) == [
         (
             "error",
-            f"Request #{req.pk} was not approved: Your team's quota for any GPU is 0 devices; "
-            "0 are held, so 1 more do not fit.",
+            f"Request #{req.pk} was not approved: Your team's quota for any GPU is 0 devices and "
+            "0 are held; this request needs 1 more.",
         )
     ]
     assert (VMRequest.objects.get(pk=req.pk).status, Reservation.objects.count()) == ("submitted", 0)

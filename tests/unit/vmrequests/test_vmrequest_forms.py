@@ -219,6 +219,15 @@ def test_re_render_for_another_mode_picks_a_gpu_of_that_mode(world: dict[str, An
     assert form.fields["device_count"].widget.attrs["max"] == 1
 
 
+def test_a_pasted_private_key_is_not_sent_back(world: dict[str, Any]) -> None:
+    form = form_for(
+        world, ssh_public_key="-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----"
+    )
+    assert not form.is_valid()
+    assert form["ssh_public_key"].value() == ""
+    assert form["justification"].value()  # everything else typed stays
+
+
 # --- bad input ----------------------------------------------------------------------------------
 
 
@@ -276,8 +285,8 @@ def test_lease_longer_than_the_team_allows(world: dict[str, Any]) -> None:
 
 
 def test_short_justification(world: dict[str, Any]) -> None:
-    assert errors(form_for(world, justification="  because ")) == {
-        "justification": ["Say in a sentence why you need this VM (at least 10 characters)."]
+    assert errors(form_for(world, justification="  why ")) == {
+        "justification": ["Say in a sentence why you need this VM (at least 5 characters)."]
     }
 
 
@@ -373,7 +382,7 @@ def test_over_quota(world: dict[str, Any]) -> None:
     stored_request(world["team"], world["user"], world["ubuntu"], status="running", device_count=2)
     form = form_for(world, device_count=2)
     assert errors(form) == {
-        "__all__": ["Your team's quota for any GPU is 3 devices; 2 are held, so 2 more do not fit."]
+        "__all__": ["Your team's quota for any GPU is 3 devices and 2 are held; this request needs 2 more."]
     }
     assert [a.describe() for a in form.alternatives] == [
         "1 × A100 PCIe 40GB — Runs now on p1 (3 free there)."

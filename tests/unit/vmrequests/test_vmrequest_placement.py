@@ -448,7 +448,7 @@ def test_alternatives_respect_quota(fleet: None) -> None:
     verdict = check_request(team, "passthrough", A100, "", 4)
     assert verdict.problems() == [
         "No single node has 4 free A100 PCIe 40GB; the most free on one node is 3.",
-        f"Your team's quota for {A100} is 2 devices; 0 are held, so 4 more do not fit.",
+        f"Your team's quota for {A100} is 2 devices and 0 are held; this request needs 4 more.",
     ]
     assert [(a.option.value, a.count, a.placement.node) for a in verdict.alternatives] == [(A100, 2, "pb")]
 

@@ -311,6 +311,11 @@ def test_permanent_errors_fail_fast_with_the_api_message(
     req = live_request(w)
     cluster.fail("create_vmi", error)
     message = f"Kubernetes refused the VirtualMachineInstance: {error}"
+    if isinstance(error, k8s.K8sNotFound):
+        message = (
+            "Namespace team-quant does not exist in the cluster (or KubeVirt is not installed). An admin must "
+            "create it or correct the team's namespace; then an approver can retry."
+        )
     assert provisioning.provision(req.pk) == Outcome(req.pk, "failed", message)
     req = fresh(req)
     assert (req.status, req.failure_reason, req.vmi_created_at) == ("failed", message, None)

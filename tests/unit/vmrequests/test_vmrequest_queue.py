@@ -178,7 +178,7 @@ def test_verdict_of_a_request_that_does_not_fit(world: Any) -> None:
         "Team quota after approval any GPU: 0 of 0 used, 2 after approval "
         "Approving it now would be refused: "
         "No single node has 2 free A100 PCIe 40GB; the most free on one node is 1. "
-        "Your team's quota for any GPU is 0 devices; 0 are held, so 2 more do not fit."
+        "Your team's quota for any GPU is 0 devices and 0 are held; this request needs 2 more."
     ) in text
     assert '<div class="quota-over warning">any GPU: 0 of 0 used, 2 after approval</div>' in html
 
