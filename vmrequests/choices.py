@@ -54,7 +54,7 @@ class EventAction(models.TextChoices):
 
     SUBMIT = "submit", _("submitted")
     APPROVE = "approve", _("approved")
-    AUTO_APPROVE = "auto_approve", _("approved by policy")
+    AUTO_APPROVE = "auto_approve", _("approved automatically")
     REJECT = "reject", _("rejected")
     CANCEL = "cancel", _("cancelled")
     START_PROVISIONING = "start_provisioning", _("provisioning started")

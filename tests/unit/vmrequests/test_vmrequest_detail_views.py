@@ -197,7 +197,7 @@ def test_timeline_lists_every_event_with_actor_transition_and_approval_details(w
     events = list(req.events.order_by("created", "pk"))
     assert [pk for pk, _, _ in items] == [e.pk for e in events]
     assert [text for _, _, text in items] == [
-        "submitted by ana submitted train a model",
+        "submitted by ana train a model",
         "approved by apa submitted → approved ok, go "
         f"Placement: node p1, {A100_PT}. Quota: any GPU: 0 of 4 used, 1 after approval",
         "provisioning started by worker approved → provisioning creating the VMI",
@@ -212,7 +212,7 @@ def test_auto_approval_is_shown_as_decided_by_policy(world: Any) -> None:
     assert req.status == "approved"
     html = page(client_for(world.ana), req)
     assert facts(html, "outcome")["Decision"].startswith("policy, ")
-    assert "approved by policy" in html
+    assert "approved automatically" in html
     assert '<span class="actor">by policy</span>' in html
     assert "Auto-approved by rule: passthrough (whole GPU) up to 1 device(s)" in html
 
