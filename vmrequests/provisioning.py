@@ -115,8 +115,8 @@ def vmi_manifest(req: VMRequest, resource_name: str, pin_node: str | None = None
     ``spec.domain.devices.gpus[]`` holds ``device_count`` entries of the exact ``resource_name``
     (read from allocatable, never computed: pitfall 4); vGPUs get ``display.enabled: false``
     (only one ramfb display per VMI, pitfall 12; the portal's VMs are headless compute VMs).
-    ``pin_node`` adds ``nodeSelector: {kubernetes.io/hostname: <node>}`` (set when a node was
-    re-profiled for this request).
+    ``pin_node`` adds ``nodeSelector: {kubernetes.io/hostname: <node>}``: provisioning pins every
+    VMI to the node its devices were reserved on at approval.
 
     Returns:
         The manifest as a dict (sent with ``fieldValidation=Strict``).
@@ -436,7 +436,10 @@ def _default_vgpu_config() -> str:
 
 def _create_vmi(req: VMRequest, res: Reservation) -> Outcome:
     resource = res.resource_name or req.resource_name
-    pin = res.node.name if res.reprofile_config else None
+    # Always pinned to the reserved node: the reservation promised devices THERE, and an unpinned
+    # VMI could land on a node the capacity service still counts as free (or one promised to a
+    # re-profile for another request).
+    pin = res.node.name
     body = vmi_manifest(req, resource, pin)
     try:
         k8s.create_vmi(req.vmi_namespace, body)

@@ -209,7 +209,8 @@ def test_approved_request_gets_its_vmi(w: Any, cluster: FakeCluster, clock: Cloc
     assert provisioning.provision(req.pk) == Outcome(req.pk, "created")
     req = fresh(req)
     assert (req.status, req.vmi_created_at, req.failure_reason) == ("provisioning", NOW, "")
-    assert cluster.calls == [("create_vmi", "team-quant", provisioning.vmi_manifest(req, A100))]
+    # Pinned to the node its device was reserved on at approval.
+    assert cluster.calls == [("create_vmi", "team-quant", provisioning.vmi_manifest(req, A100, "p1"))]
     assert list(cluster.vmis) == [("team-quant", req.vmi_name)]
     assert events(req) == [
         ("start_provisioning", "approved", "provisioning", "worker", ""),
@@ -224,7 +225,7 @@ def test_approved_request_gets_its_vmi(w: Any, cluster: FakeCluster, clock: Cloc
     assert VMRequestEvent.objects.get(request=req, action="progress").data == {
         "vmi": f"team-quant/{req.vmi_name}",
         "resource": A100,
-        "pinned_to": None,
+        "pinned_to": "p1",
     }
     assert reservation(req) is not None
 
