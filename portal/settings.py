@@ -205,7 +205,11 @@ PORTAL_REQUEUE_AFTER = env.int("PORTAL_REQUEUE_AFTER", 60, minimum=1)
 # --- Celery -----------------------------------------------------------------------------
 _broker_url = env.raw("CELERY_BROKER_URL")
 if _broker_url is None:
-    CELERY_BROKER_URL = "filesystem://localhost/"
+    # kombu's file-system transport with atomic message writes (portal/kombu_fs.py).
+    from portal import kombu_fs
+
+    kombu_fs.register()
+    CELERY_BROKER_URL = f"{kombu_fs.SCHEME}://localhost/"
     _broker_dir = VAR_DIR / "broker"
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
         "data_folder_in": str(_broker_dir / "queue"),

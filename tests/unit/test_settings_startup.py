@@ -73,7 +73,7 @@ def test_development_defaults_use_sqlite_and_the_file_broker(tmp_path: Path) -> 
     var = (tmp_path / "var").resolve()
     assert result.stdout.split() == [
         "django.db.backends.sqlite3",
-        "filesystem://localhost/",
+        "portalfs://localhost/",
         "True",
         "False",
         str(var / "broker" / "queue"),

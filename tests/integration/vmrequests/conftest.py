@@ -22,7 +22,11 @@ from django.db import connection, connections
 
 from devcluster.server import DevCluster
 from tests.integration.inventory.conftest import demo, portal_cluster
-from tests.integration.vmrequests.worker_harness import WorkerProcess, start_worker, worker_database_url
+from tests.integration.vmrequests.worker_harness import (
+    WorkerProcess,
+    start_worker,
+    worker_database_url,
+)
 from vmrequests.approval import RequestSpec, submit
 from vmrequests.choices import VMMode
 from vmrequests.models import GpuQuota, Team, VmImage, VMRequest
@@ -160,7 +164,8 @@ def celery_queue() -> Iterator[str]:
     """A Celery queue of this test's own: tasks the test process sends (``approve`` enqueues
     ``vmrequests.provision`` on commit) go to it, and the workers of ``celery_worker`` consume
     only it. A developer's running worker, another test session or stale messages left in the
-    shared file broker can then neither take nor feed this test's tasks."""
+    shared file broker can then neither take nor feed this test's tasks. Messages still in it at
+    the end (e.g. a retry a stopped worker gave back) are purged."""
     from portal.celery import app
 
     name = f"provision-test-{uuid.uuid4().hex[:8]}"
@@ -170,6 +175,8 @@ def celery_queue() -> Iterator[str]:
         yield name
     finally:
         app.conf.task_default_queue = previous
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_purge(name)
 
 
 @pytest.fixture

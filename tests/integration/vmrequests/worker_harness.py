@@ -11,6 +11,8 @@
 - :func:`write_proxy_kubeconfig`: a copy of a kubeconfig whose server is the proxy. The dev
   cluster's serving certificate names ``127.0.0.1`` and ``localhost`` and the identity is a bearer
   token, so only the port changes: no ``tls-server-name`` is needed.
+- The embedded file broker's writes are atomic in the product itself (``portal/kombu_fs.py``),
+  which this harness relies on.
 """
 
 from __future__ import annotations
@@ -87,6 +89,12 @@ class WorkerProcess:
         """How many lines of the log match the regular expression ``pattern``."""
         regex = re.compile(pattern)
         return sum(1 for line in self.log().splitlines() if regex.search(line))
+
+    def assert_alive(self) -> None:
+        """Fail with the worker's log if it has exited (a dead worker ends the test at once
+        instead of a long wait)."""
+        if self.process.poll() is not None:
+            raise AssertionError(f"worker exited with {self.process.returncode}:\n{self.log()}")
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Block until the worker logs ``ready.`` (it consumes from then on).
