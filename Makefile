@@ -75,9 +75,12 @@ messages: venv ## extract and compile the zh-hans catalog
 devcluster: venv ## build (or reuse) kube-apiserver and etcd for the dev cluster
 	$(BIN)/python -m devcluster build
 
-bench: venv ## benchmarks against a 2,000-node / 10,000-pod dev cluster (several minutes each)
+bench: venv ## benchmarks: 2,000-node inventory and scale, provisioning latency (several minutes each)
 	$(BIN)/python -m benchmarks.inventory_sync --nodes 2000 --pods 10000 --vmis 200
 	$(BIN)/python -m benchmarks.devcluster_scale --nodes 2000 --pods 10000 --vmis 200
+	$(BIN)/python -m benchmarks.provision_latency --requests 20
+	@if command -v redis-server >/dev/null; then $(BIN)/python -m benchmarks.provision_latency --requests 20 --broker redis; \
+		else echo "redis-server not installed: provisioning latency with Redis skipped"; fi
 
 pytest: venv ## the test suite only (unit, integration, e2e)
 	$(BIN)/python -m pytest
