@@ -7,6 +7,8 @@ fits comes back as a message on the page the form was posted from (``next``, sam
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -20,6 +22,7 @@ from vmrequests import approval
 from vmrequests.approval import ApprovalRefused, NotAllowed
 from vmrequests.choices import VMRequestStatus
 from vmrequests.models import TransitionError, VMRequest
+from vmrequests.placement import Placement
 from vmrequests.views.lists import forbidden
 
 # --- actions -----------------------------------------------------------------------------------
@@ -48,25 +51,13 @@ def vmrequest_approve(request: HttpRequest, pk: int) -> HttpResponse:
     404 when not visible, 403 when the user may not decide it; a request that no longer fits or
     was already decided is reported as a message and nothing changes.
     """
-    req = _visible_or_404(request, pk)
-    note = request.POST.get("note", "").strip()
-    try:
-        placement = approval.approve(req, request.user, note)
-    except NotAllowed as exc:
-        return forbidden(request, str(exc))
-    except ApprovalRefused as exc:
-        messages.error(
-            request,
-            _("Request #%(id)s was not approved: %(why)s")
-            % {"id": req.pk, "why": " ".join(exc.verdict.problems())},
-        )
-    except TransitionError as exc:
-        messages.warning(request, str(exc))
-    else:
-        messages.success(
-            request, _("Request #%(id)s approved. %(where)s") % {"id": req.pk, "where": placement.describe()}
-        )
-    return _back(request, req)
+    return _approve_or_retry(
+        request,
+        pk,
+        approval.approve,
+        refused=_("Request #%(id)s was not approved: %(why)s"),
+        done=_("Request #%(id)s approved. %(where)s"),
+    )
 
 
 @require_POST
@@ -242,23 +233,32 @@ def vmrequest_retry(request: HttpRequest, pk: int) -> HttpResponse:
     and quota, reserves anew and enqueues provisioning on commit. 404 when not visible, 403 when
     the user may not decide it; a request that no longer fits is an error with the plain reason,
     another status a warning; nothing changes in either case."""
+    return _approve_or_retry(
+        request,
+        pk,
+        approval.retry,
+        refused=_("Request #%(id)s was not retried: %(why)s"),
+        done=_("Request #%(id)s approved again. %(where)s"),
+    )
+
+
+def _approve_or_retry(
+    request: HttpRequest, pk: int, service: Callable[..., Placement], *, refused: str, done: str
+) -> HttpResponse:
+    """Run ``approval.approve`` or ``approval.retry`` (same checks, same outcomes) with the POSTed
+    ``note``: 404 when not visible, 403 when the user may not decide; a request that no longer
+    fits is an error (``refused`` with the reasons), another status a warning; ``done`` with
+    where it will run on success."""
     req = _visible_or_404(request, pk)
     note = request.POST.get("note", "").strip()
     try:
-        placement = approval.retry(req, request.user, note)
+        placement = service(req, request.user, note)
     except NotAllowed as exc:
         return forbidden(request, str(exc))
     except ApprovalRefused as exc:
-        messages.error(
-            request,
-            _("Request #%(id)s was not retried: %(why)s")
-            % {"id": req.pk, "why": " ".join(exc.verdict.problems())},
-        )
+        messages.error(request, refused % {"id": req.pk, "why": " ".join(exc.verdict.problems())})
     except TransitionError as exc:
         messages.warning(request, str(exc))
     else:
-        messages.success(
-            request,
-            _("Request #%(id)s approved again. %(where)s") % {"id": req.pk, "where": placement.describe()},
-        )
+        messages.success(request, done % {"id": req.pk, "where": placement.describe()})
     return _back(request, req)
