@@ -8,6 +8,7 @@ and submitted requests through the real service (``vmrequests.approval.submit``)
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sqlite3
@@ -121,22 +122,17 @@ def submit_request(
     return submit(spec, requester)
 
 
-# --- a real Celery worker process (tests/integration/vmrequests/test_vmrequest_provisioning_worker.py) ---
-
-
-@pytest.fixture
-def worker_db(transactional_db: None, tmp_path: Path) -> Iterator[str]:
-    """The test database, shared with worker processes; yields their ``DATABASE_URL``.
-
-    PostgreSQL: pytest-django's ``test_<name>`` database as it is (``transactional_db`` commits,
-    so a worker sees the test's rows). SQLite: the in-memory test database cannot be opened by
-    another process, so for the duration of the test ``connections['default']`` points at a file
-    copy of it (``sqlite3`` backup API, same options) and the worker opens that file; afterwards
-    the in-memory connection is put back, untouched, for pytest-django's flush (the pattern of
-    ``threaded_db`` in ``test_vmrequest_concurrency.py``).
+@contextlib.contextmanager
+def file_database(tmp_path: Path) -> Iterator[None]:
+    """On SQLite, point ``connections['default']`` at a file copy of the in-memory test database
+    for the duration (``sqlite3`` backup API, same options: ``transaction_mode=IMMEDIATE``,
+    ``timeout``), then put the in-memory connection back, untouched, for pytest-django's flush.
+    Other threads' and processes' connections can then wait for locks as in production (the
+    in-memory shared-cache database answers "database table is locked" at once, and another
+    process cannot open it). On PostgreSQL: nothing to do.
     """
     if connection.vendor != "sqlite":
-        yield worker_database_url()
+        yield
         return
     path = tmp_path / "portal.sqlite3"
     memory = connections["default"]
@@ -152,11 +148,29 @@ def worker_db(transactional_db: None, tmp_path: Path) -> Iterator[str]:
     file_db = connections.create_connection("default")
     connections["default"] = file_db
     try:
-        yield worker_database_url()
+        yield
     finally:
         file_db.close()
         settings_dict["NAME"] = name
         connections["default"] = memory
+
+
+# --- a real Celery worker process (tests/integration/vmrequests/test_vmrequest_provisioning_worker.py) ---
+
+
+@pytest.fixture
+def worker_db(transactional_db: None, tmp_path: Path) -> Iterator[str]:
+    """The test database, shared with worker processes; yields their ``DATABASE_URL``.
+
+    PostgreSQL: pytest-django's ``test_<name>`` database as it is (``transactional_db`` commits,
+    so a worker sees the test's rows). SQLite: the in-memory test database cannot be opened by
+    another process, so for the duration of the test ``connections['default']`` points at a file
+    copy of it (``sqlite3`` backup API, same options) and the worker opens that file; afterwards
+    the in-memory connection is put back, untouched, for pytest-django's flush (the pattern of
+    ``threaded_db`` in ``test_vmrequest_concurrency.py``).
+    """
+    with file_database(tmp_path):
+        yield worker_database_url()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ cluster.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,13 +21,14 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from gpuinventory.models import GpuNode, Reservation
 from tests.factories import stored_consumer, stored_node, stored_resource
 from tests.integration.vmrequests.conftest import (
     create_roles,
+    file_database,
     make_analyst,
     make_approver,
     make_image,
@@ -62,28 +62,8 @@ def threaded_db(transactional_db: None, tmp_path: Path) -> Iterator[None]:
     (``transaction_mode=IMMEDIATE``, ``timeout``); afterwards the in-memory connection is put
     back, untouched, for pytest-django's flush.
     """
-    if connection.vendor != "sqlite":
+    with file_database(tmp_path):
         yield
-        return
-    path = tmp_path / "portal.sqlite3"
-    memory = connections["default"]
-    memory.ensure_connection()
-    target = sqlite3.connect(path)
-    try:
-        memory.connection.backup(target)
-    finally:
-        target.close()
-    settings_dict = memory.settings_dict
-    name = settings_dict["NAME"]
-    settings_dict["NAME"] = str(path)
-    file_db = connections.create_connection("default")
-    connections["default"] = file_db
-    try:
-        yield
-    finally:
-        file_db.close()
-        settings_dict["NAME"] = name
-        connections["default"] = memory
 
 
 @dataclass
