@@ -297,7 +297,7 @@ def _reprofile(req: VMRequest, res: Reservation) -> Outcome | None:
                     return _fail(
                         req,
                         _(
-                            "Node %(node)s was not re-profiled: %(pods)s use its vGPUs, and changing the vGPU "
+                            "Node %(node)s was not re-profiled: its vGPUs are in use (%(pods)s), and changing the vGPU "
                             "config would destroy them. Ask an approver to approve the request again once "
                             "another node is idle."
                         )

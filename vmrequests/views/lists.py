@@ -172,7 +172,9 @@ def worker_details(data: dict[str, Any]) -> list[str]:
         else:
             lines.append(_("GPU resource: %(resource)s") % {"resource": data["resource"]})
     if data.get("pinned_to"):
-        lines.append(_("Pinned to node %(node)s (re-profiled for this VM).") % {"node": data["pinned_to"]})
+        lines.append(
+            _("Pinned to node %(node)s (where its devices were reserved).") % {"node": data["pinned_to"]}
+        )
     if data.get("pods"):
         lines.append(_("Pods using its vGPUs: %(pods)s") % {"pods": ", ".join(map(str, data["pods"]))})
     if "state" in data:

@@ -543,7 +543,7 @@ def test_reprofile_refused_while_a_vmi_uses_the_nodes_vgpus(
 
     wait_status(req, {S.FAILED, S.RUNNING}, worker)
     reason = (
-        f"Node {T4_NODE} was not re-profiled: {cluster.namespace}/{pod.metadata.name} use its vGPUs, and "
+        f"Node {T4_NODE} was not re-profiled: its vGPUs are in use ({cluster.namespace}/{pod.metadata.name}), and "
         "changing the vGPU config would destroy them. Ask an approver to approve the request again once "
         "another node is idle."
     )

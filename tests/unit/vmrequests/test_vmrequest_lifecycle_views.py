@@ -772,7 +772,7 @@ def test_progress_events_read_well(world: Any) -> None:
         (
             "progress",
             "provisioning step by worker Created VirtualMachineInstance team-quant/vm-1. VMI: team-quant/vm-1 "
-            "GPU resource: nvidia.com/GRID_T4-16Q Pinned to node v2 (re-profiled for this VM).",
+            "GPU resource: nvidia.com/GRID_T4-16Q Pinned to node v2 (where its devices were reserved).",
         ),
         (
             "mark_failed",

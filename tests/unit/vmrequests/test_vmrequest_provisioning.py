@@ -480,8 +480,8 @@ def test_first_pass_refuses_while_a_pod_on_the_node_uses_a_vgpu(
     cluster.add_pod("team-research", "virt-launcher-late-q9x8z", "v2", {T4_8Q: 1})
     cluster.add_pod("team-quant", "virt-launcher-early-a1b2c", "v2", {T4_8Q: 2})
     message = (
-        "Node v2 was not re-profiled: team-quant/virt-launcher-early-a1b2c, team-research/virt-launcher-late-q9x8z "
-        "use its vGPUs, and changing the vGPU config would destroy them. Ask an approver to approve the "
+        "Node v2 was not re-profiled: its vGPUs are in use (team-quant/virt-launcher-early-a1b2c, "
+        "team-research/virt-launcher-late-q9x8z), and changing the vGPU config would destroy them. Ask an approver to approve the "
         "request again once another node is idle."
     )
     assert provisioning.provision(vgpu.pk) == Outcome(vgpu.pk, "failed", message)
