@@ -214,7 +214,7 @@ class Placement:
         return out
 
 
-def _gpu_words(mode: str, resource_name: str, vgpu_type: str, snap: CapacitySnapshot) -> str:
+def _gpu_words(resource_name: str, vgpu_type: str, snap: CapacitySnapshot) -> str:
     if vgpu_type:
         return _("%(type)s vGPU") % {"type": vgpu_type}
     model = next((r.model for r in snap.resources if r.name == resource_name and r.model), "")
@@ -246,7 +246,7 @@ def find_placement(
         for c in snap.reprofile_candidates(vgpu_type):
             if c.instances >= count:
                 return Placement(True, c.node, "", 0, c)
-    what = _gpu_words(mode, resource_name, vgpu_type, snap)
+    what = _gpu_words(resource_name, vgpu_type, snap)
     most = max((snap.max_free_on_one_node(n) for n in names), default=0)
     if most:
         reason = ngettext(
@@ -376,9 +376,7 @@ class Verdict:
         return out
 
 
-def _closeness(
-    want: GpuOption | None, mode: str, vgpu_type: str, model: str, o: GpuOption
-) -> tuple[Any, ...]:
+def _closeness(vgpu_type: str, model: str, o: GpuOption) -> tuple[Any, ...]:
     want_parsed = parse_vgpu_type(vgpu_type) if vgpu_type else None
     want_fb = want_parsed.framebuffer_gb if want_parsed else None
     o_parsed = parse_vgpu_type(o.vgpu_type) if o.vgpu_type else None
@@ -425,7 +423,7 @@ def check_request(
     want = next((o for o in options if o.resource_name == resource_name and resource_name), None)
     model = want.model if want else next((o.model for o in options if o.vgpu_type == vgpu_type), "")
     found: list[Alternative] = []
-    for o in sorted(options, key=lambda o: _closeness(want, mode, vgpu_type, model, o)):
+    for o in sorted(options, key=lambda o: _closeness(vgpu_type, model, o)):
         same = (o.resource_name and o.resource_name == resource_name) or (
             not resource_name and o.vgpu_type == vgpu_type
         )
