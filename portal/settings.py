@@ -9,6 +9,7 @@ Malformed values raise ``ImproperlyConfigured`` at start-up (see :mod:`portal.en
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -58,9 +59,12 @@ INSTALLED_APPS = [
     "django_tables2",
     "rest_framework",
     "knox",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "portal",
     "gpuinventory",
     "vmrequests",
+    "webhooks",
 ]
 
 MIDDLEWARE = [
@@ -202,6 +206,11 @@ PORTAL_SCHEDULING_TIMEOUT = env.int("PORTAL_SCHEDULING_TIMEOUT", 900, minimum=10
 PORTAL_LEASE_WARNING_HOURS = env.int("PORTAL_LEASE_WARNING_HOURS", 24, minimum=0)
 PORTAL_REQUEUE_AFTER = env.int("PORTAL_REQUEUE_AFTER", 60, minimum=1)
 
+# --- outbound webhooks (webhooks/, docs/webhooks.md) ---------------------------------------
+PORTAL_WEBHOOK_TIMEOUT = env.int("PORTAL_WEBHOOK_TIMEOUT", 10, minimum=1, maximum=60)
+PORTAL_WEBHOOK_RETRY_BASE_SECONDS = env.int("PORTAL_WEBHOOK_RETRY_BASE_SECONDS", 30, minimum=1, maximum=3600)
+PORTAL_WEBHOOK_MAX_ATTEMPTS = env.int("PORTAL_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=20)
+
 # --- Celery -----------------------------------------------------------------------------
 _broker_url = env.raw("CELERY_BROKER_URL")
 if _broker_url is None:
@@ -231,6 +240,12 @@ else:
     raise ImproperlyConfigured(
         f"CELERY_BROKER_URL={_broker_url!r}: only redis:// or rediss:// (or unset for the file broker)"
     )
+# The cache holds API throttling counters; it must be shared by every web process, so it
+# lives in Redis whenever Redis is the broker (process-local memory otherwise: development).
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CELERY_BROKER_URL}
+    }
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -257,6 +272,8 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(PORTAL_RECONCILE_INTERVAL),
         "options": {"expires": float(PORTAL_RECONCILE_INTERVAL)},
     },
+    # Webhook deliveries whose message was lost (broker down, worker killed) are sent again.
+    "webhooks-sweep": {"task": "webhooks.sweep", "schedule": 60.0, "options": {"expires": 60.0}},
 }
 
 # --- email ------------------------------------------------------------------------------
@@ -274,14 +291,28 @@ PORTAL_BASE_URL = env.http_url("PORTAL_BASE_URL", "http://127.0.0.1:8000")
 # --- REST framework ---------------------------------------------------------------------
 # Tokens: django-rest-knox (hashed storage, expiry). Token auth comes first so that an
 # unauthenticated call gets 401 with "WWW-Authenticate: Token", not 403.
+PORTAL_API_THROTTLE_RATE = env.str("PORTAL_API_THROTTLE_RATE", "600/min")
+if not re.fullmatch(r"[1-9][0-9]*/(s|sec|m|min|h|hour|d|day)", PORTAL_API_THROTTLE_RATE):
+    raise ImproperlyConfigured(
+        f"PORTAL_API_THROTTLE_RATE={PORTAL_API_THROTTLE_RATE!r}: use <calls>/<s|min|hour|day>, e.g. 600/min"
+    )
 REST_FRAMEWORK = {
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "portal.api.auth.HasTokenScope",
+    ],
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "knox.auth.TokenAuthentication",
+        "portal.api.auth.ScopedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.auth.TokenRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"token": PORTAL_API_THROTTLE_RATE},
+    "EXCEPTION_HANDLER": "portal.api.problems.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_VERSIONING_CLASS": None,
 }
 PORTAL_API_TOKEN_TTL_DAYS = env.int("PORTAL_API_TOKEN_TTL_DAYS", 90, minimum=1, maximum=3650)
+KNOX_TOKEN_MODEL = "portal.ApiToken"  # noqa: S105 (a model label, not a secret)
 REST_KNOX = {
     "TOKEN_TTL": timedelta(days=PORTAL_API_TOKEN_TTL_DAYS),
     "AUTH_HEADER_PREFIX": "Token",
@@ -321,3 +352,19 @@ LOGGING = {
 }
 
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+
+# --- OpenAPI (drf-spectacular; the schema is committed as docs/openapi.yaml) ---------------
+SPECTACULAR_SETTINGS = {
+    "TITLE": "GPU VM Portal API",
+    "DESCRIPTION": (
+        "Request, approve and follow GPU virtual machines (KubeVirt VMIs with NVIDIA passthrough GPUs "
+        "or vGPUs) and read the GPU inventory. Errors are RFC 9457 problem details. See docs/api.md."
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {},
+}

@@ -255,13 +255,19 @@ def reject(req: VMRequest, by: Any, reason: str) -> None:
     req.reject(by, reason)
 
 
+def _acts_for_requester(user: Any, req: VMRequest) -> bool:
+    """The requester, or the account that filed the request on the requester's behalf (a
+    ticketing system's service account, ``submitted_by``)."""
+    return user == req.requester or (req.submitted_by_id is not None and user.pk == req.submitted_by_id)
+
+
 def cancel(req: VMRequest, by: Any, note: str = "") -> None:
     """Cancel ``req`` (requester, or an approver of its team) while submitted or approved.
 
     Raises:
         NotAllowed, TransitionError.
     """
-    if by != req.requester and not can_decide(by, req):
+    if not _acts_for_requester(by, req) and not can_decide(by, req):
         raise NotAllowed(_("Only the requester or an approver of the team can cancel this request."))
     req.cancel(by, note)
 
@@ -284,7 +290,7 @@ def release(req: VMRequest, by: Any, note: str = "") -> None:
     Raises:
         NotAllowed, TransitionError.
     """
-    if by != req.requester and not can_decide(by, req):
+    if not _acts_for_requester(by, req) and not can_decide(by, req):
         raise NotAllowed(_("Only the requester or an approver of the team can release this VM."))
     req.start_deletion(DeletionReason.RELEASED, by=by, note=note)
     pk = req.pk
@@ -313,7 +319,7 @@ def request_extension(req: VMRequest, by: Any, days: int, reason: str) -> None:
         NotAllowed (not the requester), TransitionError (not running), ValueError (days out of
         the team's maximum lease, or an extension already pending).
     """
-    if by != req.requester:
+    if not _acts_for_requester(by, req):
         raise NotAllowed(_("Only the requester can ask for a longer lease."))
     if days < 1 or days > req.team.max_lease_days:
         raise ValueError(_("Ask for 1 to %(max)s days.") % {"max": req.team.max_lease_days})

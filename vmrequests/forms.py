@@ -85,6 +85,7 @@ class VMRequestForm(forms.Form):
         data: ``request.POST`` to validate, or None for an unbound form.
         initial: raw values to show in an unbound form (``initial_from``).
         snapshot: a capacity snapshot to reuse (else one is loaded when first needed).
+        ticket_source: the ticketing system the ticket ID belongs to (API; ``""`` in the UI).
 
     Attributes (after construction): ``teams``, ``images``, ``chosen_team``, ``chosen_image``,
     ``chosen_mode`` (from the data or initial values; None/default when not chosen),
@@ -154,10 +155,12 @@ class VMRequestForm(forms.Form):
         initial: Mapping[str, Any] | None = None,
         *,
         snapshot: CapacitySnapshot | None = None,
+        ticket_source: str = "",
         **kwargs: Any,
     ) -> None:
         super().__init__(data=data, initial=dict(initial or {}), **kwargs)
         self.user = user
+        self.ticket_source = ticket_source
         self._snapshot = snapshot
         self.verdict: Verdict | None = None
         self.alternatives: list[Alternative] = []
@@ -310,7 +313,7 @@ class VMRequestForm(forms.Form):
     def clean_ticket_id(self) -> str:
         """A ticket ID may be used by one request only."""
         ticket = self.cleaned_data["ticket_id"]
-        if ticket and VMRequest.objects.filter(ticket_source="", ticket_id=ticket).exists():
+        if ticket and VMRequest.objects.filter(ticket_source=self.ticket_source, ticket_id=ticket).exists():
             raise forms.ValidationError(
                 _("Ticket %(ticket)s already has a VM request.") % {"ticket": ticket}, code="duplicate"
             )
@@ -404,6 +407,6 @@ class VMRequestForm(forms.Form):
             lease_days=cd["lease_days"],
             justification=cd["justification"],
             name=cd["name"],
-            ticket_source="",
+            ticket_source=self.ticket_source,
             ticket_id=cd["ticket_id"],
         )

@@ -415,7 +415,10 @@ class VMRequest(models.Model):
         ordering = ["-created", "-pk"]
         verbose_name = _("VM request")
         verbose_name_plural = _("VM requests")
-        permissions = [("approve_vmrequest", "Can approve or reject VM requests")]
+        permissions = [
+            ("approve_vmrequest", "Can approve or reject VM requests"),
+            ("submit_for_others", "Can submit VM requests on behalf of another user (requested_for)"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["ticket_source", "ticket_id"],
@@ -703,3 +706,26 @@ class VMRequestEvent(models.Model):
         return {"policy": str(_("policy")), "worker": str(_("worker")), "system": str(_("system"))}.get(
             self.actor_label, self.actor_label
         )
+
+
+class IdempotencyKey(models.Model):
+    """An ``Idempotency-Key`` header seen on a create call, and what it created.
+
+    The same user sending the same key again gets the same resource back (200) when the body is
+    the same, and 409 naming the differing fields otherwise. ``body`` is the parsed request body
+    (JSON object) as first sent.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    body = models.JSONField()
+    vm_request = models.ForeignKey(
+        VMRequest, on_delete=models.CASCADE, related_name="idempotency_keys"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "key"], name="idempotency_unique_user_key")]
+
+    def __str__(self) -> str:
+        return f"{self.key} → #{self.vm_request_id}"

@@ -1,0 +1,1 @@
+"""REST API plumbing shared by the apps: problem details, token scopes, throttling, ``/me/``."""

@@ -1,0 +1,1 @@
+"""REST API of VM requests, teams, images (``/api/v1/``)."""

@@ -1,0 +1,269 @@
+"""Serializers of the VM request API.
+
+Output: ``VMRequestSerializer`` (the request as the API and webhooks show it),
+``VMRequestEventSerializer`` (one timeline entry), ``TeamSerializer``, ``VmImageSerializer``.
+Input: ``VMRequestCreateSerializer`` (shape and types only; the domain rules run in
+``vmrequests.forms.VMRequestForm``, the same as in the browser) and one small serializer per action.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from vmrequests.choices import VMMode
+from vmrequests.models import (
+    MAX_CPU_CORES,
+    MAX_DEVICES,
+    MAX_MEMORY_GIB,
+    GpuQuota,
+    Team,
+    VmImage,
+    VMRequest,
+    VMRequestEvent,
+)
+
+
+def _username(user: Any) -> str | None:
+    return user.get_username() if user is not None else None
+
+
+class VMRequestSerializer(serializers.ModelSerializer[VMRequest]):
+    """One VM request. Sizes: ``cpu_cores`` (cores), ``memory_gib`` (GiB), ``device_count``
+    devices of ``resource_name`` (``""`` while a vGPU type waits for a re-profile) or of
+    ``vgpu_type``. Times are ISO 8601 UTC. ``ssh_command`` is set once the VM has an IP."""
+
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    image: serializers.SlugRelatedField[VmImage] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    requester = serializers.SerializerMethodField()
+    submitted_by = serializers.SerializerMethodField()
+    decided_by = serializers.SerializerMethodField()
+    ssh_command = serializers.SerializerMethodField()
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = VMRequest
+        fields = [
+            "id",
+            "url",
+            "status",
+            "team",
+            "requester",
+            "submitted_by",
+            "ticket_source",
+            "ticket_id",
+            "mode",
+            "resource_name",
+            "vgpu_type",
+            "gpu_model",
+            "device_count",
+            "cpu_cores",
+            "memory_gib",
+            "image",
+            "ssh_public_key",
+            "lease_days",
+            "justification",
+            "vmi_namespace",
+            "vmi_name",
+            "node_name",
+            "ip_address",
+            "ssh_command",
+            "decided_by",
+            "decided_by_policy",
+            "decided_at",
+            "decision_note",
+            "failure_reason",
+            "deletion_reason",
+            "lease_end",
+            "extension_days_requested",
+            "extension_reason",
+            "vmi_created_at",
+            "created",
+            "updated",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.CharField())
+    def get_requester(self, obj: VMRequest) -> str:
+        return obj.requester.get_username()
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_submitted_by(self, obj: VMRequest) -> str | None:
+        return _username(obj.submitted_by)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_decided_by(self, obj: VMRequest) -> str | None:
+        return _username(obj.decided_by)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_ssh_command(self, obj: VMRequest) -> str | None:
+        """``ssh <login user>@<IP>`` once the VM has an IP."""
+        if not obj.ip_address:
+            return None
+        return f"ssh {obj.image.login_user}@{obj.ip_address}"
+
+    @extend_schema_field(serializers.CharField())
+    def get_url(self, obj: VMRequest) -> str:
+        """The request's page in the portal (absolute when the API request is known)."""
+        path = obj.get_absolute_url()
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request is not None else path
+
+
+class VMRequestEventSerializer(serializers.ModelSerializer[VMRequestEvent]):
+    """One timeline entry: who (``actor``: a username, or ``policy``/``worker``/``system``),
+    ``action``, ``from_status`` → ``to_status``, ``message``, structured ``data``."""
+
+    actor = serializers.SerializerMethodField()
+    request: serializers.PrimaryKeyRelatedField[VMRequest] = serializers.PrimaryKeyRelatedField(
+        read_only=True
+    )
+
+    class Meta:
+        model = VMRequestEvent
+        fields = [
+            "id",
+            "request",
+            "created",
+            "actor",
+            "action",
+            "from_status",
+            "to_status",
+            "message",
+            "data",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.CharField())
+    def get_actor(self, obj: VMRequestEvent) -> str:
+        return obj.actor.get_username() if obj.actor is not None else obj.actor_label
+
+
+class VMRequestCreateSerializer(serializers.Serializer[Any]):
+    """The body of ``POST /api/v1/vm-requests/``.
+
+    GPU: ``resource_name`` (exact, e.g. ``nvidia.com/GA107GL_A2000_12GB``) or, for vGPU,
+    ``vgpu_type`` (bare, e.g. ``T4-8Q``; a type no node offers yet is placed by re-profiling an
+    idle node). ``team`` may be left out when the requester is in exactly one team; ``cpu_cores``,
+    ``memory_gib`` default to the image's, ``lease_days`` to the team's default.
+    ``requested_for``: a username; needs the ``vmrequests.submit_for_others`` permission.
+    """
+
+    team = serializers.SlugField(required=False, help_text="team slug")
+    mode = serializers.ChoiceField(choices=VMMode.choices)
+    resource_name = serializers.CharField(required=False, allow_blank=True, max_length=253)
+    vgpu_type = serializers.CharField(required=False, allow_blank=True, max_length=40)
+    device_count = serializers.IntegerField(min_value=1, max_value=MAX_DEVICES, default=1)
+    cpu_cores = serializers.IntegerField(min_value=1, max_value=MAX_CPU_CORES, required=False)
+    memory_gib = serializers.IntegerField(min_value=1, max_value=MAX_MEMORY_GIB, required=False)
+    image = serializers.CharField(max_length=100, help_text="image name (GET /api/v1/images/)")
+    name = serializers.CharField(required=False, allow_blank=True, max_length=63, help_text="VMI name")
+    ssh_public_key = serializers.CharField(max_length=16384)
+    lease_days = serializers.IntegerField(min_value=1, max_value=3650, required=False)
+    justification = serializers.CharField(max_length=10000)
+    ticket_source = serializers.CharField(required=False, allow_blank=True, max_length=50)
+    ticket_id = serializers.CharField(required=False, allow_blank=True, max_length=100)
+    requested_for = serializers.CharField(required=False, allow_blank=True, max_length=150)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Exactly one of ``resource_name`` / ``vgpu_type``; ``vgpu_type`` only for vGPU."""
+        resource, vtype = attrs.get("resource_name", ""), attrs.get("vgpu_type", "")
+        if bool(resource) == bool(vtype):
+            raise serializers.ValidationError(
+                {"resource_name": _("Give either resource_name or vgpu_type (exactly one).")}, code="gpu"
+            )
+        if vtype and attrs["mode"] != VMMode.VGPU:
+            raise serializers.ValidationError(
+                {"vgpu_type": _("vgpu_type is only for mode vgpu.")}, code="mode"
+            )
+        return attrs
+
+
+class NoteSerializer(serializers.Serializer[Any]):
+    """Body of ``approve``, ``cancel`` and ``release``: an optional note for the timeline."""
+
+    note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class RejectSerializer(serializers.Serializer[Any]):
+    """Body of ``reject``: the reason the requester will read (required)."""
+
+    reason = serializers.CharField(max_length=2000)
+
+
+class ExtendSerializer(serializers.Serializer[Any]):
+    """Body of ``extend``: ``days`` more lease (1 to the team's maximum) and a ``reason``."""
+
+    days = serializers.IntegerField(min_value=1, max_value=3650)
+    reason = serializers.CharField(max_length=2000)
+
+
+class ExtensionDecisionSerializer(serializers.Serializer[Any]):
+    """Body of ``extension-decision``: grant (``approve: true``) or refuse the pending extension."""
+
+    approve = serializers.BooleanField()
+    note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class QuotaSerializer(serializers.ModelSerializer[GpuQuota]):
+    """One quota: at most ``max_devices`` devices held at once, for ``mode``/``gpu`` (blank = any)."""
+
+    class Meta:
+        model = GpuQuota
+        fields = ["mode", "gpu", "max_devices"]
+        read_only_fields = fields
+
+
+class TeamSerializer(serializers.ModelSerializer[Team]):
+    """A team: namespace, lease policy (days), quotas, and the caller's role in it."""
+
+    quotas = QuotaSerializer(many=True, read_only=True)
+    role = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Team
+        fields = ["slug", "name", "namespace", "default_lease_days", "max_lease_days", "quotas", "role"]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.ListField(child=serializers.ChoiceField(["member", "approver"])))
+    def get_role(self, obj: Team) -> list[str]:
+        """``member`` and/or ``approver`` for the caller (empty for an admin seeing any team)."""
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        if user is None:
+            return []
+        roles = []
+        if any(m.pk == user.pk for m in obj.members.all()):
+            roles.append("member")
+        if any(a.pk == user.pk for a in obj.approvers.all()):
+            roles.append("approver")
+        return roles
+
+
+class VmImageSerializer(serializers.ModelSerializer[VmImage]):
+    """An image analysts may pick (``name`` is what ``POST /vm-requests/`` takes); sizes in
+    cores and GiB."""
+
+    class Meta:
+        model = VmImage
+        fields = [
+            "name",
+            "image",
+            "os",
+            "login_user",
+            "min_memory_gib",
+            "default_cpu_cores",
+            "default_memory_gib",
+        ]
+        read_only_fields = fields
+
+
+def user_by_name(username: str) -> Any:
+    """The active user called ``username``, or None."""
+    return get_user_model().objects.filter(username=username, is_active=True).first()
