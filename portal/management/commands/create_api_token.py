@@ -1,19 +1,21 @@
 """Create an API token for a user and print it once (it is stored hashed and cannot be shown again).
 
-Usage: ``manage.py create_api_token USERNAME [--days N]``. The token authenticates REST API calls as
-that user (``Authorization: Token <token>``) until it expires. Revoke tokens in the admin
-(Knox › Auth tokens) or by deleting the user's tokens.
+Usage: ``manage.py create_api_token USERNAME [--days N] [--name NAME] [--scope read|write|approve ...]``.
+``--scope`` repeats (default ``read`` only); ``--name`` defaults to ``cli``. The token
+authenticates REST API calls as that user (``Authorization: Token <token>``) with those scopes
+until it expires. Users revoke their tokens at ``/account/tokens/``, admins in the admin
+(Portal › API tokens).
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from knox.models import AuthToken
+
+from portal.models import ApiToken, TokenScope
 
 
 class Command(BaseCommand):
@@ -27,6 +29,14 @@ class Command(BaseCommand):
             default=None,
             help="validity in days (default PORTAL_API_TOKEN_TTL_DAYS)",
         )
+        parser.add_argument("--name", default="cli", help='a label for the token (default "cli")')
+        parser.add_argument(
+            "--scope",
+            action="append",
+            choices=TokenScope.values,
+            dest="scopes",
+            help="a scope to grant; repeat for several (default: read)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         user_model = get_user_model()
@@ -34,9 +44,16 @@ class Command(BaseCommand):
             user = user_model.objects.get(username=options["username"], is_active=True)
         except user_model.DoesNotExist:
             raise CommandError(f"no active user {options['username']!r}") from None
-        days = options["days"] or settings.PORTAL_API_TOKEN_TTL_DAYS
+        days = settings.PORTAL_API_TOKEN_TTL_DAYS if options["days"] is None else options["days"]
         if not 1 <= days <= 3650:
             raise CommandError("--days must be between 1 and 3650")
-        instance, token = AuthToken.objects.create(user=user, expiry=timedelta(days=days))
+        name = str(options["name"]).strip()
+        if not name or len(name) > 100:
+            raise CommandError("--name must be 1 to 100 characters")
+        scopes = options["scopes"] or [TokenScope.READ.value]
+        try:
+            instance, token = ApiToken.issue(user, name, scopes, days)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
         self.stdout.write(f"token for {user.get_username()} (expires {instance.expiry:%Y-%m-%d %H:%M} UTC):")
         self.stdout.write(token)

@@ -1,4 +1,5 @@
-"""Token authentication of the read API (django-rest-knox: hashed storage, expiry)."""
+"""Token authentication of the read API (django-rest-knox: hashed storage, expiry) and the
+``create_api_token`` command (name, scopes, days)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
-from knox.models import AuthToken
+
+from portal.models import ApiToken
 
 pytestmark = pytest.mark.django_db
 
@@ -27,25 +29,45 @@ def test_token_reads_the_inventory(capsys: pytest.CaptureFixture[str]) -> None:
     token = _token(capsys, "ticketing", "--days", "7")
     response = Client().get("/api/v1/inventory/summary/", headers={"Authorization": f"Token {token}"})
     assert response.status_code == 200
-    stored = AuthToken.objects.get(user__username="ticketing")
+    stored = ApiToken.objects.get(user__username="ticketing")
     assert token not in (stored.digest, stored.token_key)  # only a hash and a prefix are stored
+    assert token.startswith(stored.token_key)
     assert timedelta(days=6, hours=23) < stored.expiry - timezone.now() <= timedelta(days=7)
+    assert (stored.name, stored.scopes) == ("cli", ["read"])
+
+
+def test_name_and_repeated_scopes(
+    capsys: pytest.CaptureFixture[str], settings: pytest.FixtureRequest
+) -> None:
+    settings.PORTAL_API_TOKEN_TTL_DAYS = 30  # type: ignore[attr-defined]
+    User.objects.create_user("snow")
+    _token(capsys, "snow", "--name", "ServiceNow prod", "--scope", "write", "--scope", "read")
+    stored = ApiToken.objects.get(user__username="snow")
+    assert stored.name == "ServiceNow prod"
+    assert stored.scopes == ["read", "write"]  # canonical order
+    assert timedelta(days=29, hours=23) < stored.expiry - timezone.now() <= timedelta(days=30)
 
 
 def test_expired_or_wrong_token_is_401(capsys: pytest.CaptureFixture[str]) -> None:
     User.objects.create_user("old")
     token = _token(capsys, "old")
-    AuthToken.objects.filter(user__username="old").update(expiry=timezone.now() - timedelta(seconds=1))
+    ApiToken.objects.filter(user__username="old").update(expiry=timezone.now() - timedelta(seconds=1))
     expired = Client().get("/api/v1/inventory/nodes/", headers={"Authorization": f"Token {token}"})
     assert expired.status_code == 401
     wrong = Client().get("/api/v1/inventory/nodes/", headers={"Authorization": "Token " + "0" * 64})
     assert wrong.status_code == 401
-    assert wrong.json() == {"detail": "Invalid token."}
 
 
-def test_command_refuses_unknown_user_and_bad_days() -> None:
+def test_command_refuses_unknown_user_bad_days_bad_name_and_bad_scope() -> None:
     with pytest.raises(CommandError, match="no active user 'ghost'"):
         call_command("create_api_token", "ghost")
     User.objects.create_user("x")
     with pytest.raises(CommandError, match="--days must be between 1 and 3650"):
         call_command("create_api_token", "x", "--days", "9999")
+    with pytest.raises(CommandError, match="--days must be between 1 and 3650"):
+        call_command("create_api_token", "x", "--days", "0")
+    with pytest.raises(CommandError, match="--name must be 1 to 100 characters"):
+        call_command("create_api_token", "x", "--name", " ")
+    with pytest.raises(CommandError, match="invalid choice: 'admin'"):
+        call_command("create_api_token", "x", "--scope", "admin")
+    assert ApiToken.objects.count() == 0
