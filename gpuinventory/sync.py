@@ -676,6 +676,10 @@ def _finish(run: SyncRun, status: str, t0: float, timings: dict[str, int]) -> Sy
     )
     if status == SyncStatus.SUCCESS:
         logger.info("inventory %s", summary_line(run))
+    elif status == SyncStatus.FAILED:
+        from gpuinventory.signals import sync_failed
+
+        sync_failed.send_robust(sender=SyncRun, run=run)
     return run
 
 

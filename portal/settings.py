@@ -358,13 +358,34 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "GPU VM Portal API",
     "DESCRIPTION": (
         "Request, approve and follow GPU virtual machines (KubeVirt VMIs with NVIDIA passthrough GPUs "
-        "or vGPUs) and read the GPU inventory. Errors are RFC 9457 problem details. See docs/api.md."
+        "or vGPUs) and read the GPU inventory. Errors are RFC 9457 problem details "
+        "(application/problem+json). See docs/api.md."
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # /api/schema/ for signed-in users and tokens only (CONVENTIONS: no AllowAny DRF view).
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated", "portal.api.auth.HasTokenScope"],
+    # Swagger UI and Redoc from local static files (air-gapped; CONVENTIONS "Views").
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {},
+    # Tags and operation IDs from the path after /api/v1/ (vm-requests, teams, images, me, inventory).
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    # One component per choice set, named after it (the status appears as status, from_status, to_status).
+    "ENUM_NAME_OVERRIDES": {
+        "VMRequestStatusEnum": "vmrequests.choices.VMRequestStatus",
+        "VMModeEnum": "vmrequests.choices.VMMode",
+        "DeletionReasonEnum": "vmrequests.choices.DeletionReason",
+        "EventActionEnum": "vmrequests.choices.EventAction",
+        "WorkloadModeEnum": "gpuinventory.choices.WorkloadMode",
+        "ModeSourceEnum": "gpuinventory.choices.ModeSource",
+        "ResourceKindEnum": "gpuinventory.choices.ResourceKind",
+        "SyncStatusEnum": "gpuinventory.choices.SyncStatus",
+        "PermittedDeviceKindEnum": "gpuinventory.models.PermittedDevice.Kind",
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "portal.api.openapi.problem_content_type",
+    ],
 }

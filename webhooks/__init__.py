@@ -1,0 +1,1 @@
+"""Outbound webhooks: signed, retried HTTP notifications of request and inventory events."""
