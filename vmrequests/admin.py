@@ -1,4 +1,6 @@
-"""Django admin for teams (with quotas and auto-approval rules), images, requests and events.
+"""Django admin for teams (with quotas and auto-approval rules), images, requests and events;
+the webhook admin (endpoints, deliveries, events) lives in ``vmrequests/webhooks/admin.py`` and is
+registered by importing it here.
 
 Teams, quotas, rules and images are administered here. Requests and their timeline are only
 *viewed* here: every status change goes through ``vmrequests.approval`` / the ``VMRequest``
@@ -14,20 +16,9 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
+from portal.admin_mixins import ReadOnlyAdminMixin
 from vmrequests.models import AutoApprovalRule, GpuQuota, Team, VmImage, VMRequest, VMRequestEvent
-
-
-class ReadOnlyAdminMixin:
-    """View-only admin: no add, change or delete (the rows change only through services)."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from vmrequests.webhooks import admin as webhook_admin  # noqa: F401 - registers the webhook admin
 
 
 class GpuQuotaInline(admin.TabularInline):

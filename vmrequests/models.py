@@ -296,14 +296,15 @@ class VMRequestQuerySet(QuerySet["VMRequest"]):
     """Query helpers; ``visible_to`` is the one visibility rule (CONVENTIONS)."""
 
     def visible_to(self, user: Any) -> VMRequestQuerySet:
-        """Requests ``user`` may see: superusers all; others their own, and every request of a
-        team they are a member or an approver of. Anonymous users none."""
+        """Requests ``user`` may see: superusers all; others their own, those they filed for
+        someone else (``submitted_by``: a ticketing system's service account), and every request
+        of a team they are a member or an approver of. Anonymous users none."""
         if not getattr(user, "is_authenticated", False):
             return self.none()
         if user.is_superuser:
             return self
         teams = Team.objects.filter(Q(members=user) | Q(approvers=user)).values("pk")
-        return self.filter(Q(requester=user) | Q(team__in=teams))
+        return self.filter(Q(requester=user) | Q(submitted_by=user) | Q(team__in=teams))
 
     def decidable_by(self, user: Any) -> VMRequestQuerySet:
         """Requests ``user`` may approve or reject: holds the approve permission and is an
@@ -719,9 +720,7 @@ class IdempotencyKey(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     key = models.CharField(max_length=255)
     body = models.JSONField()
-    vm_request = models.ForeignKey(
-        VMRequest, on_delete=models.CASCADE, related_name="idempotency_keys"
-    )
+    vm_request = models.ForeignKey(VMRequest, on_delete=models.CASCADE, related_name="idempotency_keys")
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -729,3 +728,8 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} → #{self.vm_request_id}"
+
+
+# The webhook models live in their own module; importing them here registers them with the
+# ``vmrequests`` app (Django imports only ``<app>.models``). At the bottom: no import cycle.
+from vmrequests.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint, WebhookEvent  # noqa: E402,F401

@@ -9,7 +9,7 @@
 filter matches (nothing when none matches), then enqueues the deliveries when its transaction
 commits. The receivers log and swallow every error: a webhook problem (database, serializer,
 broker) never breaks or delays the status change that caused it; the sweep
-(``webhooks.sweep``) sends deliveries whose message never reached the broker.
+(``vmrequests.webhook_sweep``) sends deliveries whose message never reached the broker.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 
-from webhooks.choices import SYNC_FAILED, request_event_type
-from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
+from vmrequests.webhooks.choices import SYNC_FAILED, request_event_type
+from vmrequests.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 
-log = logging.getLogger("webhooks")
+log = logging.getLogger("vmrequests.webhooks")
 
 #: Version of the payload shape; bumped only on an incompatible change.
 PAYLOAD_VERSION = 1
@@ -116,7 +116,7 @@ def publish(
     Returns:
         The event, or None when no active endpoint wants this type (nothing is written).
     """
-    from webhooks.delivery import enqueue
+    from vmrequests.webhooks.delivery import enqueue
 
     endpoints = matching_endpoints(event_type)
     if not endpoints:

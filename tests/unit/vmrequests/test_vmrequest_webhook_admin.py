@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from tests.factories import portal_user
 from tests.webhook_factories import SECRET, stored_delivery, stored_endpoint, stored_event
-from webhooks import tasks
-from webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from vmrequests import tasks
+from vmrequests.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     sent: list[int] = []
-    monkeypatch.setattr(tasks.deliver, "apply_async", lambda args, **kw: sent.append(args[0]))
+    monkeypatch.setattr(tasks.webhook_deliver, "apply_async", lambda args, **kw: sent.append(args[0]))
     return sent
 
 
@@ -52,15 +52,15 @@ def world() -> Any:
 
 def test_pages_render_for_a_superuser(world: Any) -> None:
     pages = [
-        "/admin/webhooks/webhookendpoint/",
-        "/admin/webhooks/webhookendpoint/add/",
-        f"/admin/webhooks/webhookendpoint/{world.endpoint.pk}/change/",
-        f"/admin/webhooks/webhookendpoint/{world.endpoint.pk}/secret/",
-        "/admin/webhooks/webhookdelivery/",
-        "/admin/webhooks/webhookdelivery/?status__exact=failed",
-        f"/admin/webhooks/webhookdelivery/{world.delivery.pk}/change/",
-        "/admin/webhooks/webhookevent/",
-        f"/admin/webhooks/webhookevent/{world.event.pk}/change/",
+        "/admin/vmrequests/webhookendpoint/",
+        "/admin/vmrequests/webhookendpoint/add/",
+        f"/admin/vmrequests/webhookendpoint/{world.endpoint.pk}/change/",
+        f"/admin/vmrequests/webhookendpoint/{world.endpoint.pk}/secret/",
+        "/admin/vmrequests/webhookdelivery/",
+        "/admin/vmrequests/webhookdelivery/?status__exact=failed",
+        f"/admin/vmrequests/webhookdelivery/{world.delivery.pk}/change/",
+        "/admin/vmrequests/webhookevent/",
+        f"/admin/vmrequests/webhookevent/{world.event.pk}/change/",
     ]
     for page in pages:
         assert world.client.get(page).status_code == 200, page
@@ -68,7 +68,7 @@ def test_pages_render_for_a_superuser(world: Any) -> None:
 
 def test_endpoint_list_shows_filter_and_last_delivery_status(world: Any) -> None:
     stored_endpoint("audit", "https://audit.example.com/")
-    html = world.client.get("/admin/webhooks/webhookendpoint/").content.decode()
+    html = world.client.get("/admin/vmrequests/webhookendpoint/").content.decode()
     assert "vm_request.approved" in html
     assert "all events" in html
     # ticketing's latest delivery failed; audit has none
@@ -79,21 +79,21 @@ def test_endpoint_list_shows_filter_and_last_delivery_status(world: Any) -> None
 
 
 def test_change_form_hides_the_secret_and_links_to_its_page(world: Any) -> None:
-    html = world.client.get(f"/admin/webhooks/webhookendpoint/{world.endpoint.pk}/change/").content.decode()
+    html = world.client.get(f"/admin/vmrequests/webhookendpoint/{world.endpoint.pk}/change/").content.decode()
     assert SECRET not in html
     assert "••••••••" + SECRET[-4:] in html
-    assert f"/admin/webhooks/webhookendpoint/{world.endpoint.pk}/secret/" in html
+    assert f"/admin/vmrequests/webhookendpoint/{world.endpoint.pk}/secret/" in html
     assert 'name="event_types"' in html and 'value="vm_request.*"' in html
 
 
 def test_secret_page_shows_it_uncached(world: Any) -> None:
-    response = world.client.get(f"/admin/webhooks/webhookendpoint/{world.endpoint.pk}/secret/")
+    response = world.client.get(f"/admin/vmrequests/webhookendpoint/{world.endpoint.pk}/secret/")
     assert "no-store" in response["Cache-Control"].split(", ")
     assert SECRET in response.content.decode()
 
 
 def test_rotate_replaces_the_secret_and_logs_it(world: Any) -> None:
-    url = f"/admin/webhooks/webhookendpoint/{world.endpoint.pk}/secret/"
+    url = f"/admin/vmrequests/webhookendpoint/{world.endpoint.pk}/secret/"
     response = world.client.post(url, {"rotate": "1"})
     assert (response.status_code, response["Location"]) == (302, url)
     world.endpoint.refresh_from_db()
@@ -110,18 +110,18 @@ def test_secret_page_needs_the_change_permission(world: Any) -> None:
     staff.user_permissions.add(Permission.objects.get(codename="view_webhookendpoint"))
     client = Client()
     client.force_login(staff)
-    url = f"/admin/webhooks/webhookendpoint/{world.endpoint.pk}/secret/"
+    url = f"/admin/vmrequests/webhookendpoint/{world.endpoint.pk}/secret/"
     assert client.get(url).status_code == 403
     assert client.post(url, {"rotate": "1"}).status_code == 403
     world.endpoint.refresh_from_db()
     assert world.endpoint.secret == SECRET
-    assert world.client.get("/admin/webhooks/webhookendpoint/999/secret/").status_code == 404
+    assert world.client.get("/admin/vmrequests/webhookendpoint/999/secret/").status_code == 404
     assert Client().get(url).status_code == 302  # anonymous: to the login page
 
 
 def test_adding_an_endpoint_generates_a_secret_and_shows_it(world: Any) -> None:
     response = world.client.post(
-        "/admin/webhooks/webhookendpoint/add/",
+        "/admin/vmrequests/webhookendpoint/add/",
         {
             "name": "jira",
             "url": "https://jira.example.com/hook",
@@ -131,26 +131,27 @@ def test_adding_an_endpoint_generates_a_secret_and_shows_it(world: Any) -> None:
     )
     endpoint = WebhookEndpoint.objects.get(name="jira")
     assert response.status_code == 302
-    assert response["Location"] == f"/admin/webhooks/webhookendpoint/{endpoint.pk}/secret/"
+    assert response["Location"] == f"/admin/vmrequests/webhookendpoint/{endpoint.pk}/secret/"
     assert endpoint.event_types == ["vm_request.*"]
     assert len(endpoint.secret) == 43
 
 
 def test_add_form_refuses_a_non_http_url(world: Any) -> None:
     response = world.client.post(
-        "/admin/webhooks/webhookendpoint/add/", {"name": "ftp", "url": "ftp://x.example.com/", "active": "on"}
+        "/admin/vmrequests/webhookendpoint/add/",
+        {"name": "ftp", "url": "ftp://x.example.com/", "active": "on"},
     )
     assert response.status_code == 200
     assert not WebhookEndpoint.objects.filter(name="ftp").exists()
 
 
 def test_delivery_page_shows_the_attempts_read_only(world: Any) -> None:
-    url = f"/admin/webhooks/webhookdelivery/{world.delivery.pk}/change/"
+    url = f"/admin/vmrequests/webhookdelivery/{world.delivery.pk}/change/"
     html = world.client.get(url).content.decode()
     assert "answer 1" in html and "answer 2" in html
     assert 'name="status"' not in html  # read-only
     assert world.client.post(url, {"status": "succeeded"}).status_code == 403
-    assert world.client.get("/admin/webhooks/webhookdelivery/add/").status_code == 403
+    assert world.client.get("/admin/vmrequests/webhookdelivery/add/").status_code == 403
     world.delivery.refresh_from_db()
     assert world.delivery.status == "failed"
 
@@ -160,7 +161,7 @@ def test_redeliver_action(world: Any, enqueued: list[int], django_capture_on_com
     to_off = stored_delivery(off, world.event, status="failed")
     with django_capture_on_commit_callbacks(execute=True):
         response = world.client.post(
-            "/admin/webhooks/webhookdelivery/",
+            "/admin/vmrequests/webhookdelivery/",
             {"action": "redeliver", "_selected_action": [world.delivery.pk, to_off.pk]},
             follow=True,
         )
@@ -185,9 +186,9 @@ def test_redeliver_needs_the_change_permission(world: Any, enqueued: list[int]) 
     staff.user_permissions.add(Permission.objects.get(codename="view_webhookdelivery"))
     client = Client()
     client.force_login(staff)
-    html = client.get("/admin/webhooks/webhookdelivery/").content.decode()
+    html = client.get("/admin/vmrequests/webhookdelivery/").content.decode()
     assert 'value="redeliver"' not in html
     client.post(
-        "/admin/webhooks/webhookdelivery/", {"action": "redeliver", "_selected_action": [world.delivery.pk]}
+        "/admin/vmrequests/webhookdelivery/", {"action": "redeliver", "_selected_action": [world.delivery.pk]}
     )
     assert WebhookDelivery.objects.count() == 1 and enqueued == []

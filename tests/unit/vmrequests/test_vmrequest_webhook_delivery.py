@@ -1,4 +1,4 @@
-"""The delivery service (webhooks/delivery.py) without a network: backoff bounds, Retry-After,
+"""The delivery service (vmrequests/webhooks/delivery.py) without a network: backoff bounds, Retry-After,
 the outcome of each kind of answer, the claim, the sweep, redelivery and the tasks."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import pytest
 from django.utils import timezone
 
 from tests.webhook_factories import SECRET, stored_delivery, stored_endpoint
-from webhooks import delivery, signing, tasks
-from webhooks.delivery import HttpResult, Outcome, backoff_seconds, retry_after_seconds
-from webhooks.models import WebhookAttempt, WebhookDelivery
+from vmrequests import tasks
+from vmrequests.webhooks import delivery, signing
+from vmrequests.webhooks.delivery import HttpResult, Outcome, backoff_seconds, retry_after_seconds
+from vmrequests.webhooks.models import WebhookAttempt, WebhookDelivery
 
 pytestmark = pytest.mark.django_db
 
@@ -265,9 +266,9 @@ def test_an_inactive_endpoint_fails_its_open_deliveries_without_a_try(fake: Fake
 
 @pytest.fixture
 def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
-    """Messages ``webhooks.deliver`` would send to the broker."""
+    """Messages ``vmrequests.webhook_deliver`` would send to the broker."""
     sent: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-    monkeypatch.setattr(tasks.deliver, "apply_async", lambda *a, **kw: sent.append((a, kw)))
+    monkeypatch.setattr(tasks.webhook_deliver, "apply_async", lambda *a, **kw: sent.append((a, kw)))
     return sent
 
 
@@ -283,8 +284,8 @@ def test_enqueue_never_raises_when_the_broker_is_down(
     def broker_down(*args: Any, **kwargs: Any) -> None:
         raise ConnectionRefusedError("broker down")
 
-    monkeypatch.setattr(tasks.deliver, "apply_async", broker_down)
-    with caplog.at_level(logging.WARNING, logger="webhooks"):
+    monkeypatch.setattr(tasks.webhook_deliver, "apply_async", broker_down)
+    with caplog.at_level(logging.WARNING, logger="vmrequests.webhooks"):
         assert delivery.enqueue(5) is False
     assert "could not enqueue webhook delivery 5; the sweep will" in caplog.text
 
@@ -301,7 +302,7 @@ def test_sweep_enqueues_overdue_open_deliveries_only(enqueued: list[Any]) -> Non
     stored_delivery(endpoint, status="succeeded", next_attempt_at=None)
     stored_delivery(endpoint, status="failed", next_attempt_at=now - timedelta(hours=1))
     assert delivery.due_deliveries(now) == [old.pk, retrying.pk]
-    assert tasks.sweep() == 2
+    assert tasks.webhook_sweep() == 2
     assert [args for args, _kw in enqueued] == [((old.pk,),), ((retrying.pk,),)]
 
 
@@ -310,12 +311,12 @@ def test_deliver_task_enqueues_the_retry_with_the_countdown_asked_for(
 ) -> None:
     d = stored_delivery(stored_endpoint())
     fake.script.append(http(500))
-    assert tasks.deliver(d.pk) == "sent"
+    assert tasks.webhook_deliver(d.pk) == "sent"
     assert enqueued == [(((d.pk,),), {"countdown": 30, "retry": False})]
     fake.script.append(http(200))
     WebhookDelivery.objects.filter(pk=d.pk).update(next_attempt_at=timezone.now())
-    assert tasks.deliver(d.pk) == "sent"
-    assert tasks.deliver(d.pk) == "skipped"
+    assert tasks.webhook_deliver(d.pk) == "sent"
+    assert tasks.webhook_deliver(d.pk) == "skipped"
     assert len(enqueued) == 1
 
 
@@ -337,13 +338,13 @@ def test_redeliver_makes_a_new_delivery_enqueued_on_commit(
 
 
 def test_task_names_are_stable() -> None:
-    assert tasks.deliver.name == "webhooks.deliver"
-    assert tasks.sweep.name == "webhooks.sweep"
+    assert tasks.webhook_deliver.name == "vmrequests.webhook_deliver"
+    assert tasks.webhook_sweep.name == "vmrequests.webhook_sweep"
 
 
 def test_sweep_is_on_the_beat_schedule(settings: Any) -> None:
-    assert settings.CELERY_BEAT_SCHEDULE["webhooks-sweep"] == {
-        "task": "webhooks.sweep",
+    assert settings.CELERY_BEAT_SCHEDULE["vmrequests-webhook-sweep"] == {
+        "task": "vmrequests.webhook_sweep",
         "schedule": 60.0,
         "options": {"expires": 60.0},
     }

@@ -1,5 +1,5 @@
 """From a request's status change or a failed sync to webhook events and deliveries
-(webhooks/events.py): the payload as the API shows the request, one event per status change,
+(vmrequests/webhooks/events.py): the payload as the API shows the request, one event per status change,
 endpoint filters, and that no webhook problem ever breaks the change itself."""
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from portal import k8s
 from tests.factories import portal_user
 from tests.vmrequest_factories import stored_image, stored_request, stored_team
 from tests.webhook_factories import stored_endpoint
+from vmrequests import tasks
 from vmrequests.api.serializers import VMRequestEventSerializer, VMRequestSerializer
 from vmrequests.models import VMRequest, VMRequestEvent
-from webhooks import delivery, events, tasks
-from webhooks.models import WebhookDelivery, WebhookEvent
+from vmrequests.webhooks import delivery, events
+from vmrequests.webhooks.models import WebhookDelivery, WebhookEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -33,9 +34,9 @@ def _base_url(settings: Any) -> None:
 
 @pytest.fixture
 def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Delivery IDs handed to the broker (``webhooks.deliver`` messages)."""
+    """Delivery IDs handed to the broker (``vmrequests.webhook_deliver`` messages)."""
     sent: list[int] = []
-    monkeypatch.setattr(tasks.deliver, "apply_async", lambda args, **kw: sent.append(args[0]))
+    monkeypatch.setattr(tasks.webhook_deliver, "apply_async", lambda args, **kw: sent.append(args[0]))
     return sent
 
 
@@ -190,7 +191,10 @@ def test_a_failing_webhook_never_breaks_the_status_change(
         raise RuntimeError("serializer exploded")
 
     monkeypatch.setattr(events, "request_data", broken)
-    with caplog.at_level(logging.ERROR, logger="webhooks"), django_capture_on_commit_callbacks(execute=True):
+    with (
+        caplog.at_level(logging.ERROR, logger="vmrequests.webhooks"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         world.req.approve(world.apa)
     assert VMRequest.objects.get(pk=world.req.pk).status == "approved"
     assert f"could not record webhook event for request {world.req.pk} (approved)" in caplog.text
@@ -208,9 +212,9 @@ def test_a_dead_broker_never_breaks_the_status_change_and_the_sweep_catches_up(
     def broker_down(*args: Any, **kwargs: Any) -> None:
         raise OSError("Error 111 connecting to redis:6379. Connection refused.")
 
-    monkeypatch.setattr(tasks.deliver, "apply_async", broker_down)
+    monkeypatch.setattr(tasks.webhook_deliver, "apply_async", broker_down)
     with (
-        caplog.at_level(logging.WARNING, logger="webhooks"),
+        caplog.at_level(logging.WARNING, logger="vmrequests.webhooks"),
         django_capture_on_commit_callbacks(execute=True),
     ):
         world.req.approve(world.apa)
@@ -266,7 +270,7 @@ def test_a_failing_webhook_never_breaks_the_sync(
         raise RuntimeError("database is locked")
 
     monkeypatch.setattr(events, "publish", broken)
-    with caplog.at_level(logging.ERROR, logger="webhooks"):
+    with caplog.at_level(logging.ERROR, logger="vmrequests.webhooks"):
         run = sync.run_sync("manual")
     assert run.status == "failed" and run.error.startswith("cannot read the cluster")
     assert f"could not record webhook event for sync run {run.pk}" in caplog.text

@@ -2,7 +2,7 @@
 
 Policy (docs/webhooks.md "Retries"), settings in portal/settings.py:
 
-- POST the event's JSON body with the signed headers (``webhooks/signing.py``), a timeout of
+- POST the event's JSON body with the signed headers (``vmrequests/webhooks/signing.py``), a timeout of
   ``PORTAL_WEBHOOK_TIMEOUT`` seconds (connect and each read), redirects not followed.
 - 2xx: succeeded. 429, 5xx, timeouts and connection errors: retried after
   ``PORTAL_WEBHOOK_RETRY_BASE_SECONDS`` × 2^(tries − 1) seconds, at most an hour, minus up to 20 %
@@ -38,11 +38,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from webhooks import signing
-from webhooks.choices import OPEN_DELIVERY_STATES, DeliveryStatus
-from webhooks.models import WebhookAttempt, WebhookDelivery
+from vmrequests.webhooks import signing
+from vmrequests.webhooks.choices import OPEN_DELIVERY_STATES, DeliveryStatus
+from vmrequests.webhooks.models import WebhookAttempt, WebhookDelivery
 
-log = logging.getLogger("webhooks")
+log = logging.getLogger("vmrequests.webhooks")
 
 #: Longest delay between two tries, and the cap on a receiver's Retry-After (seconds).
 MAX_BACKOFF_SECONDS = 3600
@@ -299,19 +299,19 @@ def deliver(delivery_id: int, *, now: datetime | None = None) -> Outcome:
 
 
 def enqueue(delivery_id: int, countdown: int | None = None) -> bool:
-    """Send a ``webhooks.deliver`` message (after ``countdown`` seconds). Never raises: a broker
+    """Send a ``vmrequests.webhook_deliver`` message (after ``countdown`` seconds). Never raises: a broker
     that is down is logged, and the sweep sends the delivery later.
 
     Returns:
         True when the message was handed to the broker.
     """
-    from webhooks import tasks
+    from vmrequests import tasks
 
     try:
         if countdown is None:
-            tasks.deliver.apply_async((delivery_id,), retry=False)
+            tasks.webhook_deliver.apply_async((delivery_id,), retry=False)
         else:
-            tasks.deliver.apply_async((delivery_id,), countdown=countdown, retry=False)
+            tasks.webhook_deliver.apply_async((delivery_id,), countdown=countdown, retry=False)
     except Exception:
         log.warning("could not enqueue webhook delivery %s; the sweep will", delivery_id, exc_info=True)
         return False

@@ -4,7 +4,7 @@ An *event* (``WebhookEvent``) is one thing that happened, with the exact version
 endpoint receives (``payload``). A *delivery* (``WebhookDelivery``) is that event on its way to one
 endpoint: pending → (retrying)* → succeeded | failed; each HTTP try is a ``WebhookAttempt`` row.
 A redelivery is a new ``WebhookDelivery`` of the same event (same event ID, so receivers can
-de-duplicate). The rules live in ``webhooks/delivery.py``; docs/webhooks.md is the user's view.
+de-duplicate). The rules live in ``vmrequests/webhooks/delivery.py``; docs/webhooks.md is the user's view.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from webhooks.choices import ALL_REQUEST_EVENTS, FILTER_VALUES, REQUEST_PREFIX, DeliveryStatus
+from vmrequests.webhooks.choices import ALL_REQUEST_EVENTS, FILTER_VALUES, REQUEST_PREFIX, DeliveryStatus
 
 
 def generate_secret() -> str:
@@ -32,7 +32,7 @@ class WebhookEndpoint(models.Model):
     """A receiver URL the portal POSTs signed events to.
 
     ``event_types`` is a list of event types (``choices.EVENT_TYPES``, or ``"vm_request.*"``);
-    empty means every event. ``secret`` signs each delivery (HMAC-SHA256, ``webhooks/signing.py``);
+    empty means every event. ``secret`` signs each delivery (HMAC-SHA256, ``vmrequests/webhooks/signing.py``);
     it is generated on creation and shown only on the admin's "secret" page, which can also
     rotate it. An inactive endpoint gets no new deliveries, and its open ones fail at their next
     try.
@@ -65,7 +65,7 @@ class WebhookEndpoint(models.Model):
         return self.name
 
     def get_absolute_url(self) -> str:
-        return reverse("admin:webhooks_webhookendpoint_change", args=[self.pk])
+        return reverse("admin:vmrequests_webhookendpoint_change", args=[self.pk])
 
     def clean(self) -> None:
         """``event_types`` must be a list of known event types.
@@ -126,7 +126,7 @@ class WebhookEvent(models.Model):
         return f"{self.type} {self.id}"
 
     def get_absolute_url(self) -> str:
-        return reverse("admin:webhooks_webhookevent_change", args=[self.pk])
+        return reverse("admin:vmrequests_webhookevent_change", args=[self.pk])
 
 
 class WebhookDelivery(models.Model):
@@ -171,7 +171,7 @@ class WebhookDelivery(models.Model):
         return f"#{self.pk} {self.event.type} → {self.endpoint} ({self.status})"
 
     def get_absolute_url(self) -> str:
-        return reverse("admin:webhooks_webhookdelivery_change", args=[self.pk])
+        return reverse("admin:vmrequests_webhookdelivery_change", args=[self.pk])
 
 
 class WebhookAttempt(models.Model):
@@ -205,4 +205,4 @@ class WebhookAttempt(models.Model):
         return f"#{self.delivery_id} try {self.number}: {outcome}"
 
     def get_absolute_url(self) -> str:
-        return reverse("admin:webhooks_webhookdelivery_change", args=[self.delivery_id])
+        return reverse("admin:vmrequests_webhookdelivery_change", args=[self.delivery_id])

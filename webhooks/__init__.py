@@ -1,1 +1,0 @@
-"""Outbound webhooks: signed, retried HTTP notifications of request and inventory events."""
