@@ -676,10 +676,20 @@ def _finish(run: SyncRun, status: str, t0: float, timings: dict[str, int]) -> Sy
     )
     if status == SyncStatus.SUCCESS:
         logger.info("inventory %s", summary_line(run))
-    elif status == SyncStatus.FAILED:
-        from gpuinventory.signals import sync_failed
+    # Signal the start and the end of a failure streak only (one webhook while the cluster is
+    # unreachable, not one per beat).
+    previous = (
+        SyncRun.objects.filter(started__lt=run.started, status__in=[SyncStatus.SUCCESS, SyncStatus.FAILED])
+        .order_by("-started")
+        .values_list("status", flat=True)
+        .first()
+    )
+    from gpuinventory.signals import sync_failed, sync_recovered
 
+    if status == SyncStatus.FAILED and previous != SyncStatus.FAILED:
         sync_failed.send_robust(sender=SyncRun, run=run)
+    elif status == SyncStatus.SUCCESS and previous == SyncStatus.FAILED:
+        sync_recovered.send_robust(sender=SyncRun, run=run)
     return run
 
 

@@ -13,7 +13,7 @@ class VmrequestsConfig(AppConfig):
         notifications and webhooks) and of ``gpuinventory.signals.sync_failed`` (sent after a
         failed sync run is saved: webhooks). The webhook receivers never raise into the sender."""
         from gpuinventory.models import SyncRun
-        from gpuinventory.signals import sync_failed
+        from gpuinventory.signals import sync_failed, sync_recovered
         from vmrequests import notifications
         from vmrequests.models import VMRequest, request_transitioned
         from vmrequests.webhooks import events as webhook_events
@@ -30,4 +30,9 @@ class VmrequestsConfig(AppConfig):
         )
         sync_failed.connect(
             webhook_events.on_sync_failed, sender=SyncRun, dispatch_uid="vmrequests.webhooks.sync_failed"
+        )
+        sync_recovered.connect(
+            webhook_events.on_sync_recovered,
+            sender=SyncRun,
+            dispatch_uid="vmrequests.webhooks.sync_recovered",
         )

@@ -1,7 +1,8 @@
 """Event types and delivery statuses of outbound webhooks (docs/webhooks.md).
 
 Event types: ``vm_request.<status>`` for every ``VMRequestStatus`` (one event per status change
-of a request, named after the status it reached) and ``inventory.sync_failed``. An endpoint's
+of a request, named after the status it reached), ``inventory.sync_failed`` (the first failed
+sync after a successful one) and ``inventory.sync_recovered`` (the first success after failures). An endpoint's
 filter may also hold ``vm_request.*`` (every request event).
 """
 
@@ -16,6 +17,7 @@ from vmrequests.choices import VMRequestStatus
 REQUEST_PREFIX = "vm_request."
 ALL_REQUEST_EVENTS = "vm_request.*"
 SYNC_FAILED = "inventory.sync_failed"
+SYNC_RECOVERED = "inventory.sync_recovered"
 
 
 def request_event_type(status: str) -> str:
@@ -24,7 +26,11 @@ def request_event_type(status: str) -> str:
 
 
 #: Every event type the portal sends, in a stable order (request statuses, then inventory).
-EVENT_TYPES: tuple[str, ...] = (*(request_event_type(s) for s in VMRequestStatus.values), SYNC_FAILED)
+EVENT_TYPES: tuple[str, ...] = (
+    *(request_event_type(s) for s in VMRequestStatus.values),
+    SYNC_FAILED,
+    SYNC_RECOVERED,
+)
 #: What an endpoint's ``event_types`` may hold.
 FILTER_VALUES = frozenset({*EVENT_TYPES, ALL_REQUEST_EVENTS})
 
@@ -37,6 +43,7 @@ def event_type_choices() -> list[tuple[str, str]]:
         label = _("request %(status)s") % {"status": status.label}
         choices.append((request_event_type(status.value), f"{request_event_type(status.value)} ({label})"))
     choices.append((SYNC_FAILED, f"{SYNC_FAILED} ({_('inventory sync failed')})"))
+    choices.append((SYNC_RECOVERED, f"{SYNC_RECOVERED} ({_('inventory sync works again')})"))
     return choices
 
 

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 
-from vmrequests.webhooks.choices import SYNC_FAILED, request_event_type
+from vmrequests.webhooks.choices import SYNC_FAILED, SYNC_RECOVERED, request_event_type
 from vmrequests.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 
 log = logging.getLogger("vmrequests.webhooks")
@@ -164,5 +164,13 @@ def on_sync_failed(sender: Any, run: Any, **kwargs: Any) -> None:
     """Receiver of ``sync_failed``: publish ``inventory.sync_failed``. Never raises."""
     try:
         publish(SYNC_FAILED, run.finished or run.started, build=lambda: sync_run_data(run))
+    except Exception:
+        log.exception("could not record webhook event for sync run %s", getattr(run, "pk", None))
+
+
+def on_sync_recovered(sender: Any, run: Any, **kwargs: Any) -> None:
+    """Receiver of ``sync_recovered``: publish ``inventory.sync_recovered``. Never raises."""
+    try:
+        publish(SYNC_RECOVERED, run.finished or run.started, build=lambda: sync_run_data(run))
     except Exception:
         log.exception("could not record webhook event for sync run %s", getattr(run, "pk", None))

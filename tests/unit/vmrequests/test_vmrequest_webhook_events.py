@@ -283,3 +283,27 @@ def test_iso_utc() -> None:
     assert events.iso_utc(shanghai) == "2026-12-01T09:00:00.123456Z"
     assert events.iso_utc(datetime(2026, 12, 1, 9, 0, tzinfo=UTC)) == "2026-12-01T09:00:00Z"
     assert events.iso_utc(None) is None
+
+
+def test_sync_events_mark_the_start_and_end_of_a_failure_streak(
+    monkeypatch: pytest.MonkeyPatch, enqueued: list[int], django_capture_on_commit_callbacks: Any
+) -> None:
+    stored_endpoint("inventory", event_types=["inventory.sync_failed", "inventory.sync_recovered"])
+    outcomes = iter(["down", "down", "down", "up", "up", "down"])
+
+    def snapshot() -> Any:
+        if next(outcomes) == "down":
+            return _cluster_down()
+        return sync.Snapshot("v1.37.2", [], [], [], None, [], "", None)
+
+    monkeypatch.setattr(sync, "take_snapshot", snapshot)
+    statuses = []
+    for _ in range(6):
+        with django_capture_on_commit_callbacks(execute=True):
+            statuses.append(sync.run_sync("manual").status)
+    assert statuses == ["failed", "failed", "failed", "success", "success", "failed"]
+    assert list(WebhookEvent.objects.order_by("occurred_at").values_list("type", flat=True)) == [
+        "inventory.sync_failed",
+        "inventory.sync_recovered",
+        "inventory.sync_failed",
+    ]

@@ -23,6 +23,7 @@ def test_event_types_are_one_per_request_status_plus_sync_failed() -> None:
         "vm_request.cancelled",
         "vm_request.failed",
         "inventory.sync_failed",
+        "inventory.sync_recovered",
     )
     values = [value for value, _label in event_type_choices()]
     assert values == ["vm_request.*", *EVENT_TYPES]
