@@ -6,3 +6,9 @@ class PortalConfig(AppConfig):
 
     name = "portal"
     verbose_name = "Portal"
+
+    def ready(self) -> None:
+        """Register the domain metrics (``portal.metrics``) with Prometheus."""
+        from portal import metrics
+
+        metrics.register()

@@ -124,3 +124,30 @@ def test_django_log_lines_are_printed_once() -> None:
     streams = [h for h in django_logger.handlers if type(h) is logging.StreamHandler]
     assert len(streams) == 1
     assert [f.__class__.__name__ for f in streams[0].filters] == ["RequestIDLogFilter"]
+
+
+def test_domain_metrics(client: Client) -> None:
+    from tests.factories import portal_user, stored_sync_run
+    from tests.vmrequest_factories import stored_image, stored_request, stored_team
+
+    ok = stored_sync_run("success", age_seconds=120)
+    stored_sync_run("failed", age_seconds=30)
+    ana = portal_user("analyst", "ana")
+    team, image = stored_team("quant", members=(ana,)), stored_image()
+    stored_request(team, ana, image)
+    stored_request(team, ana, image, status="running")
+    stored_request(team, ana, image, status="running")
+    text = client.get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
+    lines = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("gpu_portal_")
+    }
+    assert lines['gpu_portal_vm_requests{status="submitted"}'] == 1.0
+    assert lines['gpu_portal_vm_requests{status="running"}'] == 2.0
+    assert lines['gpu_portal_vm_requests{status="failed"}'] == 0.0
+    assert lines['gpu_portal_webhook_deliveries{status="failed"}'] == 0.0
+    assert (
+        lines['gpu_portal_inventory_last_sync_timestamp_seconds{status="success"}'] == ok.finished.timestamp()
+    )
+    assert 'gpu_portal_inventory_last_sync_timestamp_seconds{status="failed"}' in lines
