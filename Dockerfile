@@ -13,7 +13,12 @@ COPY vmrequests ./vmrequests
 COPY templates ./templates
 COPY static ./static
 COPY locale ./locale
-RUN PORTAL_ENV=development PORTAL_VAR_DIR=/app/var python manage.py collectstatic --noinput -v 0 \
+# collectstatic with the production storage (hashed names + manifest, which production serves);
+# the settings need these values to load, none of them is used or kept.
+RUN PORTAL_ENV=production PORTAL_VAR_DIR=/app/var ALLOWED_HOSTS=localhost \
+    SECRET_KEY=build-only-collectstatic-not-a-secret-0123456789abcdefghij \
+    DATABASE_URL=postgres://build@localhost/build CELERY_BROKER_URL=redis://localhost:6379/0 \
+    python manage.py collectstatic --noinput -v 0 \
     && mkdir -p /app/var && useradd --system --uid 10001 portal && chown -R portal /app/var
 ENV PORTAL_ENV=production PORTAL_VAR_DIR=/app/var
 USER 10001
