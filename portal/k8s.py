@@ -195,6 +195,9 @@ def translate(exc: Exception) -> K8sError:
     if isinstance(exc, ApiException):
         status = exc.status or 0
         message = f"Kubernetes API {status} {exc.reason or ''}".strip()
+        detail = _status_message(exc.body)
+        if detail:
+            message = f"{message}: {detail}"
         if status == 404:
             return K8sNotFound(message)
         if status == 409:
@@ -207,6 +210,22 @@ def translate(exc: Exception) -> K8sError:
     if isinstance(exc, urllib3.exceptions.HTTPError | OSError | TimeoutError):
         return K8sTransientError(f"Kubernetes API unreachable: {exc.__class__.__name__}: {exc}")
     return K8sError(f"{exc.__class__.__name__}: {exc}")
+
+
+def _status_message(body: Any) -> str:
+    """The ``message`` of a ``metav1.Status`` response body (e.g. ``nodes "n1" is forbidden: User
+    "system:serviceaccount:..." cannot delete resource "nodes"``), at most 300 characters; ``""``
+    when the body is not a Status."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if not isinstance(body, str) or not body.startswith("{"):
+        return ""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return ""
+    message = parsed.get("message") if isinstance(parsed, dict) else None
+    return str(message)[:300] if message else ""
 
 
 def is_configured() -> bool:

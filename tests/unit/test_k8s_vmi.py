@@ -361,3 +361,22 @@ def test_list_vmis_labelled_without_kubevirt_and_errors(api: tuple[list[Any], li
         k8s.list_vmis_labelled(SELECTOR)
     with pytest.raises(k8s.K8sForbidden):
         k8s.list_vmis_labelled(SELECTOR)
+
+
+def test_translate_keeps_the_api_server_message() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    exc = ApiException(status=403, reason="Forbidden")
+    exc.body = (
+        b'{"kind":"Status","apiVersion":"v1","status":"Failure","message":"nodes \\"n1\\" is forbidden: User '
+        b'\\"system:serviceaccount:gpu-vm-portal:gpu-vm-portal\\" cannot delete resource \\"nodes\\"","code":403}'
+    )
+    error = k8s.translate(exc)
+    assert isinstance(error, k8s.K8sForbidden)
+    assert str(error) == (
+        'Kubernetes API 403 Forbidden: nodes "n1" is forbidden: User '
+        '"system:serviceaccount:gpu-vm-portal:gpu-vm-portal" cannot delete resource "nodes"'
+    )
+    plain = ApiException(status=503, reason="Service Unavailable")
+    plain.body = "upstream connect error"
+    assert str(k8s.translate(plain)) == "Kubernetes API 503 Service Unavailable"

@@ -339,7 +339,9 @@ def test_inventory_sync_as_the_service_account(
             apply(k8s_api, operator_role([deployed.config_map_name]))
         assert (refused.status, refused.error) == (
             SyncStatus.FAILED,
-            "cannot read the cluster: Kubernetes API 403 Forbidden",
+            "cannot read the cluster: Kubernetes API 403 Forbidden: "
+            f'configmaps "{deployed.config_map_name}" is forbidden: User "{deployed.username}" cannot get '
+            f'resource "configmaps" in API group "" in the namespace "{OPERATOR_NS}"',
         )
         wait_for(
             lambda: can(
