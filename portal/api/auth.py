@@ -70,6 +70,12 @@ class TokenRateThrottle(SimpleRateThrottle):
 
     scope = "token"
 
+    def get_rate(self) -> str | None:
+        """The rate from the settings at call time (DRF copies it once at import otherwise)."""
+        from rest_framework.settings import api_settings
+
+        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         token = request.auth
         if isinstance(token, ApiToken):

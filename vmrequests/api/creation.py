@@ -10,7 +10,9 @@ Order of the checks (each may answer instead of creating):
    same content gives it back (200), other content → 409 ``duplicate-ticket`` listing
    ``differing_fields``.
 4. The browser's validation (``VMRequestForm``: team membership, image, GPU, SSH key, bounds,
-   capacity and quota) → 400 with field errors and ``alternatives`` when it does not fit.
+   capacity and quota) → 400 with field errors and ``alternatives`` when it does not fit; when
+   it refuses because a concurrent duplicate committed meanwhile (ticket ID or VM name taken),
+   2-3 are re-run and answer instead.
 5. ``approval.submit`` in one transaction with the key row. Two concurrent duplicates: the
    database's unique constraints let one commit; the other gets ``IntegrityError``, re-runs 2-3
    and answers like a sequential duplicate (one request, never two).
@@ -56,7 +58,15 @@ def create_request(caller: Any, attrs: dict[str, Any], key: str = "") -> CreateO
     found = _existing(caller, requester, attrs, key)
     if found is not None:
         return found
-    form = _validated_form(requester, attrs)
+    try:
+        form = _validated_form(requester, attrs)
+    except ProblemError:
+        # A concurrent duplicate may have committed since the check above; the form then
+        # refuses its ticket ID (or VM name). Answer as a sequential duplicate would.
+        found = _existing(caller, requester, attrs, key)
+        if found is not None:
+            return found
+        raise
     spec = form.spec()
     try:
         with transaction.atomic():

@@ -15,7 +15,8 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from vmrequests.choices import VMMode
+from portal.api.strict import StrictSerializer
+from vmrequests.choices import DeletionReason, VMMode, VMRequestStatus
 from vmrequests.models import (
     MAX_CPU_CORES,
     MAX_DEVICES,
@@ -46,6 +47,11 @@ class VMRequestSerializer(serializers.ModelSerializer[VMRequest]):
     decided_by = serializers.SerializerMethodField()
     ssh_command = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
+    # Declared: DRF drops allow_blank from read-only model fields, and the schema would then
+    # forbid the "" a request that was not deleted has.
+    deletion_reason = serializers.ChoiceField(
+        choices=DeletionReason.choices, allow_blank=True, read_only=True, help_text='"" until deleted.'
+    )
 
     class Meta:
         model = VMRequest
@@ -124,6 +130,10 @@ class VMRequestEventSerializer(serializers.ModelSerializer[VMRequestEvent]):
     request: serializers.PrimaryKeyRelatedField[VMRequest] = serializers.PrimaryKeyRelatedField(
         read_only=True
     )
+    # Declared for allow_blank (see VMRequestSerializer.deletion_reason).
+    from_status = serializers.ChoiceField(
+        choices=VMRequestStatus.choices, allow_blank=True, read_only=True, help_text='"" for the first entry.'
+    )
 
     class Meta:
         model = VMRequestEvent
@@ -145,7 +155,7 @@ class VMRequestEventSerializer(serializers.ModelSerializer[VMRequestEvent]):
         return obj.actor.get_username() if obj.actor is not None else obj.actor_label
 
 
-class VMRequestCreateSerializer(serializers.Serializer[Any]):
+class VMRequestCreateSerializer(StrictSerializer):
     """The body of ``POST /api/v1/vm-requests/``.
 
     GPU: ``resource_name`` (exact, e.g. ``nvidia.com/GA107GL_A2000_12GB``) or, for vGPU,
@@ -185,26 +195,26 @@ class VMRequestCreateSerializer(serializers.Serializer[Any]):
         return attrs
 
 
-class NoteSerializer(serializers.Serializer[Any]):
+class NoteSerializer(StrictSerializer):
     """Body of ``approve``, ``cancel`` and ``release``: an optional note for the timeline."""
 
     note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
 
 
-class RejectSerializer(serializers.Serializer[Any]):
+class RejectSerializer(StrictSerializer):
     """Body of ``reject``: the reason the requester will read (required)."""
 
     reason = serializers.CharField(max_length=2000)
 
 
-class ExtendSerializer(serializers.Serializer[Any]):
+class ExtendSerializer(StrictSerializer):
     """Body of ``extend``: ``days`` more lease (1 to the team's maximum) and a ``reason``."""
 
     days = serializers.IntegerField(min_value=1, max_value=3650)
     reason = serializers.CharField(max_length=2000)
 
 
-class ExtensionDecisionSerializer(serializers.Serializer[Any]):
+class ExtensionDecisionSerializer(StrictSerializer):
     """Body of ``extension-decision``: grant (``approve: true``) or refuse the pending extension."""
 
     approve = serializers.BooleanField()

@@ -66,9 +66,15 @@ def test_anonymous_gets_json_401_never_a_redirect(fleet: list[GpuNode], path: st
     response = Client().get(path)
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == "Token"
-    assert response["Content-Type"] == "application/json"
+    assert response["Content-Type"] == "application/problem+json"
     assert "Location" not in response
-    assert response.json() == {"detail": "Authentication credentials were not provided."}
+    assert response.json() == {
+        "type": "about:blank",
+        "title": "Authentication required.",
+        "status": 401,
+        "detail": "Authentication credentials were not provided.",
+        "instance": path,
+    }
 
 
 @pytest.mark.parametrize("role", ["analyst", "approver", "admin"])
@@ -121,7 +127,9 @@ def test_node_filters_match_the_ui(fleet: list[GpuNode], query: str, expected: l
 def test_invalid_filter_is_a_400(fleet: list[GpuNode]) -> None:
     response = client_for("analyst").get("/api/v1/inventory/nodes/?mode=kata")
     assert response.status_code == 400
-    assert "mode" in response.json()
+    body = response.json()
+    assert body["type"] == "tag:gpu-vm-portal,2026:validation-error"
+    assert [(e["field"], e["code"]) for e in body["errors"]] == [("mode", "invalid_choice")]
 
 
 def test_node_detail(fleet: list[GpuNode]) -> None:
