@@ -51,6 +51,8 @@ ENDABLE = TRANSITIONS[EventAction.START_DELETION][0]
 RETRYABLE = TRANSITIONS[EventAction.RETRY][0]
 #: Statuses in which someone may act on a request from its page.
 ACTIONABLE = CANCELLABLE | ENDABLE | RETRYABLE
+#: Element id of the request page's content, swapped in place when the polled status changes.
+PAGE_REGION_ID = "request-page"
 
 
 def can_approve(user: Any) -> bool:
@@ -330,21 +332,27 @@ def vmrequest_status(request: HttpRequest, pk: int) -> HttpResponse:
     """The status badge alone, polled by the request page every 3 s.
 
     Answers 286 (htmx: stop polling) with the final badge once the request is terminal. When the
-    status differs from the one the page shows (``?shown=``), an htmx request also gets
-    ``HX-Refresh`` so the page reloads with the new facts and timeline. 404 when not visible.
+    status differs from the one the page shows (``?shown=``), an htmx request gets the whole
+    request page instead, with ``HX-Retarget``/``HX-Reselect`` ``#request-page`` and
+    ``HX-Reswap: outerHTML``: htmx swaps the new facts, connect commands, actions and timeline in
+    place (no reload; the new badge polls on unless terminal). 404 when not visible.
     """
     req = get_object_or_404(VMRequest.objects.visible_to(request.user), pk=pk)
     shown = request.GET.get("shown", "")
     poll = not req.is_terminal
+    if getattr(request, "htmx", False) and shown and shown != req.status:
+        response = vmrequest(request, pk)
+        response["HX-Retarget"] = response["HX-Reselect"] = f"#{PAGE_REGION_ID}"
+        response["HX-Reswap"] = "outerHTML"
+        if not poll:
+            response.status_code = HttpResponseStopPolling.status_code
+        return response
     html = render_to_string(
         "vmrequests/inc/status_badge.html",
         {"req": req, "poll": poll, "shown": shown or req.status},
         request=request,
     )
-    response = HttpResponse(html) if poll else HttpResponseStopPolling(html)
-    if getattr(request, "htmx", False) and shown and shown != req.status:
-        response["HX-Refresh"] = "true"
-    return response
+    return HttpResponse(html) if poll else HttpResponseStopPolling(html)
 
 
 # --- approval queue ----------------------------------------------------------------------------

@@ -337,17 +337,38 @@ def test_status_partial_answers_286_with_the_final_badge_once_terminal(
     )
 
 
-def test_status_change_makes_htmx_reload_the_page(world: Any) -> None:
+def swap_headers(response: Any) -> tuple[str, str, str]:
+    return (response["HX-Retarget"], response["HX-Reselect"], response["HX-Reswap"])
+
+
+def test_status_change_makes_htmx_swap_the_page_in_place(world: Any) -> None:
     client = client_for(world.ana)
     VMRequest.objects.filter(pk=world.r_ana.pk).update(status="approved")
     path = f"/requests/{world.r_ana.pk}/status/?shown=submitted"
     response = client.get(path, headers={"HX-Request": "true"})
-    assert (response.status_code, response["HX-Refresh"]) == (200, "true")
-    assert "hx-get" in response.content.decode() and "shown=submitted" in response.content.decode()
-    assert "HX-Refresh" not in client.get(path)  # a plain GET never asks for a reload
+    assert response.status_code == 200
+    assert swap_headers(response) == ("#request-page", "#request-page", "outerHTML")
+    assert "HX-Refresh" not in response
+    body = response.content.decode()
+    # The whole request page: the region htmx selects, with the new badge polling on from the
+    # new status, and the facts and timeline below it.
+    assert body.count('<div id="request-page">') == 1
+    assert f'hx-get="/requests/{world.r_ana.pk}/status/?shown=approved" hx-trigger="every 3s"' in body
+    assert ">approved</span>" in body and '<ol class="timeline">' in body
+    plain = client.get(path)  # a plain GET gets the badge only
+    assert "HX-Retarget" not in plain and plain.content.decode().startswith(
+        f'<span id="status-{world.r_ana.pk}"'
+    )
     VMRequest.objects.filter(pk=world.r_ana.pk).update(status="rejected")
     response = client.get(path, headers={"HX-Request": "true"})
-    assert (response.status_code, response["HX-Refresh"]) == (286, "true")
+    assert response.status_code == 286
+    assert swap_headers(response) == ("#request-page", "#request-page", "outerHTML")
+    body = response.content.decode()
+    assert (
+        f'<span id="status-{world.r_ana.pk}" class="badge tone-bad status-badge" role="status">rejected</span>'
+        in body
+    )
+    assert "hx-trigger" not in body.split('<div id="request-page">', 1)[1]
 
 
 # --- query budget -------------------------------------------------------------------------------
