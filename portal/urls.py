@@ -5,16 +5,16 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.urls import include, path, re_path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 from django.views.i18n import set_language
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
 
 from portal import health, views, views_tokens
-from portal.api import problems
+from portal.api import openapi, problems
 from portal.api.views import MeView
 
 #: The versioned REST API (namespace ``api``); each app mounts its router here (CONVENTIONS "REST API").
-api_v1_patterns = [
+api_v1_patterns: list[URLPattern | URLResolver] = [
     path("inventory/", include("gpuinventory.api.urls")),
     path("me/", MeView.as_view(), name="me"),
     path("", include("vmrequests.api.urls")),
@@ -28,8 +28,8 @@ urlpatterns = [
     path("account/tokens/<str:token_key>/revoke/", views_tokens.api_token_revoke, name="api_token_revoke"),
     path("api/v1/", include((api_v1_patterns, "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("api/docs/", openapi.SwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", openapi.RedocView.as_view(url_name="api-schema"), name="api-redoc"),
     re_path(r"^api/(?P<path>.*)$", problems.api_not_found),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -129,10 +129,11 @@ def submit(spec: RequestSpec, requester: Any, *, submitted_by: Any = None) -> VM
             message=spec.justification,
             data=data,
         )
-    # Auto-approval first, then the "submitted" signal: approvers are not asked to decide a
-    # request a rule has just approved (notifications look at the status when they send).
-    _try_auto_approval(req)
+    # The "submitted" signal is registered before auto-approval's, so receivers (webhooks) see
+    # submitted, then approved. Approvers are still not asked to decide a request a rule has
+    # just approved: notifications re-read the status when they send.
     transaction.on_commit(lambda: request_transitioned.send(sender=VMRequest, request=req, event=event))
+    _try_auto_approval(req)
     return req
 
 

@@ -463,6 +463,15 @@ class VMRequest(models.Model):
         what = self.resource_name or self.vgpu_type
         return f"{what} × {self.device_count}" if self.device_count > 1 else what
 
+    @property
+    def virtctl_commands(self) -> list[str]:
+        """How to reach the VM with ``virtctl`` (KubeVirt's client; works from outside the
+        cluster, unlike the pod-network IP): the ``ssh`` line, then the serial ``console`` line."""
+        return [
+            f"virtctl ssh {self.image.login_user}@vmi/{self.vmi_name} -n {self.vmi_namespace}",
+            f"virtctl console {self.vmi_name} -n {self.vmi_namespace}",
+        ]
+
     def lease_end_if_started(self, start: Any = None) -> Any:
         """When the lease would end if the VM ran from ``start`` (default now)."""
         return (start or timezone.now()) + timedelta(days=self.lease_days)

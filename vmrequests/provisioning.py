@@ -179,11 +179,8 @@ def vmi_manifest(req: VMRequest, resource_name: str, pin_node: str | None = None
 
 
 def connect_instructions(req: VMRequest) -> str:
-    """How to reach the VM: ``virtctl ssh`` and ``virtctl console`` lines."""
-    return (
-        f"virtctl ssh {req.image.login_user}@vmi/{req.vmi_name} -n {req.vmi_namespace}\n"
-        f"virtctl console {req.vmi_name} -n {req.vmi_namespace}"
-    )
+    """How to reach the VM: ``VMRequest.virtctl_commands``, one per line."""
+    return "\n".join(req.virtctl_commands)
 
 
 # --- provision ----------------------------------------------------------------------------------

@@ -74,7 +74,8 @@ class TokenRateThrottle(SimpleRateThrottle):
         """The rate from the settings at call time (DRF copies it once at import otherwise)."""
         from rest_framework.settings import api_settings
 
-        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        return str(rate) if rate is not None else None
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         token = request.auth

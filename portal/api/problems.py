@@ -154,6 +154,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             errors=exc.errors if exc.errors or exc.status_code in (400, 409) else None,
             extra=exc.extra,
         )
+    elif isinstance(exc, exceptions.ParseError):
+        errors = [{"field": None, "code": "parse_error", "detail": str(exc.detail)}]
+        body = problem_body(
+            400, str(exc.detail), instance=instance, problem="validation-error", errors=errors
+        )
     elif isinstance(exc, exceptions.ValidationError):
         errors = field_errors(exc.detail)
         body = problem_body(

@@ -228,13 +228,31 @@ def _validated_form(requester: Any, attrs: dict[str, Any]) -> VMRequestForm:
     gpu_field = "vgpu_type" if vgpu_type else "resource_name"
     errors = []
     for name, items in form.errors.as_data().items():
+        if name in DERIVED_DEFAULTS and name not in attrs:
+            continue  # left out, and its default could not be derived: the team/image error says why
         field = None if name == "__all__" else (gpu_field if name == "gpu" else name)
         for error in items:
             for message in error.messages:
+                if name == "gpu" and error.code in ("unknown_gpu", "other_mode"):
+                    message = f"{message} {_offered(form, attrs['mode'])}"
                 errors.append({"field": field, "code": error.code or "invalid", "detail": message})
     detail = " ".join(f"{e['field']}: {e['detail']}" if e["field"] else str(e["detail"]) for e in errors[:5])
     extra = {"alternatives": [a.describe() for a in form.alternatives]} if form.alternatives else {}
     raise ProblemError(400, "validation-error", detail, errors=errors, extra=extra)
+
+
+#: Fields the API may leave out because they default from the team or the image.
+DERIVED_DEFAULTS = frozenset({"cpu_cores", "memory_gib", "lease_days"})
+
+
+def _offered(form: VMRequestForm, mode: str) -> str:
+    """``"Offered for vgpu: nvidia.com/GRID_T4-8Q, T4-16Q (after re-profiling)."``"""
+    names = [
+        o.resource_name or _("%(type)s (after re-profiling)") % {"type": o.vgpu_type} for o in form.options
+    ]
+    if not names:
+        return _("No GPU is offered for %(mode)s now.") % {"mode": mode}
+    return _("Offered for %(mode)s: %(names)s.") % {"mode": mode, "names": ", ".join(names)}
 
 
 def _team(requester: Any, slug: str) -> Team | None:

@@ -36,7 +36,8 @@ def _username(user: Any) -> str | None:
 class VMRequestSerializer(serializers.ModelSerializer[VMRequest]):
     """One VM request. Sizes: ``cpu_cores`` (cores), ``memory_gib`` (GiB), ``device_count``
     devices of ``resource_name`` (``""`` while a vGPU type waits for a re-profile) or of
-    ``vgpu_type``. Times are ISO 8601 UTC. ``ssh_command`` is set once the VM has an IP."""
+    ``vgpu_type``. Times are ISO 8601 UTC. ``ssh_command`` (``virtctl ssh ...``) is set while
+    the VM runs."""
 
     team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     image: serializers.SlugRelatedField[VmImage] = serializers.SlugRelatedField(
@@ -109,10 +110,11 @@ class VMRequestSerializer(serializers.ModelSerializer[VMRequest]):
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_ssh_command(self, obj: VMRequest) -> str | None:
-        """``ssh <login user>@<IP>`` once the VM has an IP."""
-        if not obj.ip_address:
+        """``virtctl ssh <login user>@vmi/<VMI> -n <namespace>`` while the VM runs (the same line
+        as the request page; the IP is on the pod network, rarely reachable from outside)."""
+        if obj.status != "running" or not obj.vmi_name:
             return None
-        return f"ssh {obj.image.login_user}@{obj.ip_address}"
+        return obj.virtctl_commands[0]
 
     @extend_schema_field(serializers.CharField())
     def get_url(self, obj: VMRequest) -> str:

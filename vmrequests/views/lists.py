@@ -253,10 +253,7 @@ def connect_commands(req: VMRequest) -> list[str]:
     """How to reach a running VM with ``virtctl`` (``[]`` unless running)."""
     if req.status != VMRequestStatus.RUNNING or not req.vmi_name:
         return []
-    return [
-        f"virtctl ssh {req.image.login_user}@vmi/{req.vmi_name} -n {req.vmi_namespace}",
-        f"virtctl console {req.vmi_name} -n {req.vmi_namespace}",
-    ]
+    return req.virtctl_commands
 
 
 def queue_verdict(req: VMRequest, snapshot: CapacitySnapshot, book: QuotaBook) -> Verdict:

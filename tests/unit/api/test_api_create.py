@@ -358,3 +358,44 @@ def test_me_shows_the_submit_for_others_permission(world: Any, svc: User) -> Non
     assert (me["username"], me["teams"], me["roles"]) == ("servicenow", [], [])
     assert me["permissions"]["submit_for_others"] is True
     assert me["permissions"]["request_vms"] is False
+
+
+def test_unknown_gpu_lists_the_names_on_offer(world: Any) -> None:
+    response = post(api(world.ana), URL, create_body(resource_name="nvidia.com/GA107GL_A2000_12GB"))
+    body = problem(response, 400, "validation-error")
+    assert body["errors"] == [
+        {
+            "field": "resource_name",
+            "code": "unknown_gpu",
+            "detail": "nvidia.com/GA107GL_A2000_12GB is not in the GPU inventory (or no longer offered). "
+            f"Choose one of the listed GPUs. Offered for passthrough: {A100_PT}.",
+        }
+    ]
+
+
+def test_unknown_team_or_image_does_not_blame_the_defaulted_fields(world: Any) -> None:
+    body = create_body(team="nope", image="Windows 95", cpu_cores=None, memory_gib=None, lease_days=None)
+    errors = problem(post(api(world.ana), URL, body), 400, "validation-error")["errors"]
+    assert sorted(e["field"] for e in errors) == ["image", "team"]
+
+
+def test_auto_approved_submission_signals_submitted_then_approved(
+    world: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from vmrequests.models import request_transitioned
+
+    AutoApprovalRule.objects.create(team=world.quant, mode="passthrough", max_devices=2, max_lease_days=30)
+    seen: list[str] = []
+
+    def receiver(sender: Any, request: Any, event: Any, **kwargs: Any) -> None:
+        seen.append(event.to_status)
+
+    request_transitioned.connect(receiver, dispatch_uid="test-order")
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            response = post(api(world.ana), URL, create_body())
+    finally:
+        request_transitioned.disconnect(dispatch_uid="test-order")
+    assert response.status_code == 201
+    assert response.json()["status"] == "approved"
+    assert seen == ["submitted", "approved"]

@@ -109,7 +109,7 @@ def test_request_as_the_api_shows_it(world: Any) -> None:
         "status": "running",
         "node_name": "p1",
         "ip_address": "10.0.0.7",
-        "ssh_command": f"ssh {world.image.login_user}@10.0.0.7",
+        "ssh_command": f"virtctl ssh {world.image.login_user}@vmi/{world.r_ana.vmi_name} -n team-quant",
         "decided_by": "apa",
         "decision_note": "Fits.",
     }

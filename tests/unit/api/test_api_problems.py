@@ -111,23 +111,17 @@ def test_capacity_refusal_lists_alternatives(world: Any) -> None:
     assert body["alternatives"] == ["3 \u00d7 A100 PCIe 40GB \u2014 Runs now on p1 (3 free there)."]
 
 
-@pytest.mark.parametrize(
-    ("raw", "content_type", "status", "detail"),
-    [
-        (
-            "{bad json",
-            "application/json",
-            400,
-            "JSON parse error - Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
-        ),
-        ("hello", "text/plain", 415, 'Unsupported media type "text/plain" in request.'),
-    ],
-)
-def test_unparsable_body_is_a_plain_problem(
-    world: Any, raw: str, content_type: str, status: int, detail: str
-) -> None:
-    response = api(world.ana).generic("POST", URL, raw, content_type=content_type)
-    assert problem(response, status)["detail"] == detail
+def test_unparsable_json_is_a_validation_problem(world: Any) -> None:
+    response = api(world.ana).generic("POST", URL, "{bad json", content_type="application/json")
+    body = problem(response, 400, "validation-error")
+    detail = "JSON parse error - Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+    assert body["detail"] == detail
+    assert body["errors"] == [{"field": None, "code": "parse_error", "detail": detail}]
+
+
+def test_unsupported_media_type_is_a_plain_problem(world: Any) -> None:
+    response = api(world.ana).generic("POST", URL, "hello", content_type="text/plain")
+    assert problem(response, 415)["detail"] == 'Unsupported media type "text/plain" in request.'
 
 
 @pytest.mark.parametrize(
