@@ -9,7 +9,7 @@ export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 # Debian packages the targets need; installed with apt-get when run as root.
 TEST_DEBS := docker-compose gettext chromium fonts-noto-cjk
 
-.PHONY: help venv debs bench run test lint format typecheck checks pytest messages compose-check devcluster clean
+.PHONY: help venv debs bench run test lint format typecheck checks pytest messages compose-check devcluster clean openapi fuzz-api
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -79,8 +79,16 @@ bench: venv ## benchmarks: 2,000-node inventory and scale, provisioning latency 
 	$(BIN)/python -m benchmarks.inventory_sync --nodes 2000 --pods 10000 --vmis 200
 	$(BIN)/python -m benchmarks.devcluster_scale --nodes 2000 --pods 10000 --vmis 200
 	$(BIN)/python -m benchmarks.provision_latency --requests 20
+	$(BIN)/python -m benchmarks.api_requests --requests 2000 --rounds 20
 	@if command -v redis-server >/dev/null; then $(BIN)/python -m benchmarks.provision_latency --requests 20 --broker redis; \
 		else echo "redis-server not installed: provisioning latency with Redis skipped"; fi
+
+openapi: venv ## regenerate docs/openapi.yaml (fails on any drf-spectacular warning)
+	$(BIN)/python manage.py spectacular --validate --fail-on-warn --lang en --file docs/openapi.yaml
+
+fuzz-api: venv ## fuzz the REST API from its OpenAPI schema (schemathesis, 100 examples per operation and phase)
+	PORTAL_FUZZ_EXAMPLES=100 $(BIN)/python -m pytest -m fuzz tests/fuzz
+	@cat test-artifacts/fuzz-api-summary.txt
 
 pytest: venv ## the test suite only (unit, integration, e2e)
 	$(BIN)/python -m pytest

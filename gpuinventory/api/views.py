@@ -1,7 +1,8 @@
 """Read-only inventory API: nodes (with the UI's FilterSet), summary, vGPU configs, permitted devices.
 
-Any signed-in user (analyst, approver, admin) may read; anonymous callers get 403 JSON from DRF's
-default ``IsAuthenticated`` (never a login redirect).
+Any signed-in user (analyst, approver, admin) or token with the ``read`` scope may read; anonymous
+callers get a 401 problem-details body (never a login redirect). Every operation documents its
+error responses as problem details (``portal.api.schema.problem_responses``).
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import filters, viewsets
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
@@ -19,6 +20,7 @@ from rest_framework.serializers import BaseSerializer
 from gpuinventory.api.serializers import (
     GpuNodeDetailSerializer,
     GpuNodeSerializer,
+    InventorySummarySerializer,
     PermittedDeviceSerializer,
     VgpuConfigSerializer,
 )
@@ -26,6 +28,13 @@ from gpuinventory.filtersets import GpuNodeFilterSet, PermittedDeviceFilterSet, 
 from gpuinventory.models import GpuConsumer, GpuNode, PermittedDevice, VgpuConfig
 from gpuinventory.summary import inventory_summary
 from gpuinventory.tables import annotate_node_counts, stable_order
+from portal.api.pagination import StandardPagination
+from portal.api.schema import list_problem_responses, problem_responses
+
+#: Errors of list endpoints: 400 bad filter value, 404 page out of range.
+LIST_ERRORS = list_problem_responses(400, 401, 403, 429)
+#: Errors of detail endpoints: 404 no object of that name.
+DETAIL_ERRORS = problem_responses(401, 403, 404, 429)
 
 
 class StableOrderingFilter(filters.OrderingFilter):
@@ -36,14 +45,15 @@ class StableOrderingFilter(filters.OrderingFilter):
         return stable_order(queryset, list(ordering)) if ordering else queryset
 
 
-class InventoryPagination(PageNumberPagination):
-    """``?page=`` and ``?page_size=`` (at most 500)."""
-
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 500
-
-
+@extend_schema_view(
+    list=extend_schema(
+        summary="List GPU nodes", responses={200: GpuNodeSerializer(many=True), **LIST_ERRORS}
+    ),
+    retrieve=extend_schema(
+        summary="One GPU node with resources, consumers and diagnostics",
+        responses={200: GpuNodeDetailSerializer, **DETAIL_ERRORS},
+    ),
+)
 class GpuNodeViewSet(viewsets.ReadOnlyModelViewSet[GpuNode]):
     """GPU nodes; filters as in the UI (``q``, ``mode``, ``model``, ``resource``, ``ready``, ``present``,
     ``has_flags``, ``transitioning``); ``ordering`` by name, mode, model, devices; detail by node name."""
@@ -62,7 +72,7 @@ class GpuNodeViewSet(viewsets.ReadOnlyModelViewSet[GpuNode]):
         "last_seen",
     ]
     ordering = ["name"]
-    pagination_class = InventoryPagination
+    pagination_class = StandardPagination
 
     def get_queryset(self) -> QuerySet[GpuNode]:
         """Nodes with device totals; the detail also prefetches consumers."""
@@ -78,6 +88,15 @@ class GpuNodeViewSet(viewsets.ReadOnlyModelViewSet[GpuNode]):
         return GpuNodeDetailSerializer if self.action == "retrieve" else GpuNodeSerializer
 
 
+@extend_schema_view(
+    list=extend_schema(
+        summary="Fleet summary: nodes and devices per workload mode",
+        description="The dashboard's numbers: per workload mode the present nodes and the devices "
+        "(total, used, free, free but not requestable and why), by GPU model and by resource; "
+        "the last sync run and the age of the data.",
+        responses={200: InventorySummarySerializer, **problem_responses(401, 403, 429)},
+    )
+)
 class SummaryViewSet(viewsets.ViewSet):
     """The dashboard's numbers: per mode nodes and devices total/used/free, by model and by resource."""
 
@@ -86,6 +105,13 @@ class SummaryViewSet(viewsets.ViewSet):
         return Response(inventory_summary().as_dict())
 
 
+@extend_schema_view(
+    list=extend_schema(
+        summary="List vGPU Device Manager configs",
+        responses={200: VgpuConfigSerializer(many=True), **LIST_ERRORS},
+    ),
+    retrieve=extend_schema(summary="One vGPU config", responses={200: VgpuConfigSerializer, **DETAIL_ERRORS}),
+)
 class VgpuConfigViewSet(viewsets.ReadOnlyModelViewSet[VgpuConfig]):
     """Configs of the vGPU Device Manager file; detail by config name."""
 
@@ -95,9 +121,18 @@ class VgpuConfigViewSet(viewsets.ReadOnlyModelViewSet[VgpuConfig]):
     lookup_value_regex = "[^/]+"
     filter_backends = [DjangoFilterBackend]
     filterset_class = VgpuConfigFilterSet
-    pagination_class = InventoryPagination
+    pagination_class = StandardPagination
 
 
+@extend_schema_view(
+    list=extend_schema(
+        summary="List devices KubeVirt permits",
+        responses={200: PermittedDeviceSerializer(many=True), **LIST_ERRORS},
+    ),
+    retrieve=extend_schema(
+        summary="One permitted device", responses={200: PermittedDeviceSerializer, **DETAIL_ERRORS}
+    ),
+)
 class PermittedDeviceViewSet(viewsets.ReadOnlyModelViewSet[PermittedDevice]):
     """``permittedHostDevices`` entries of the KubeVirt CR."""
 
@@ -105,4 +140,4 @@ class PermittedDeviceViewSet(viewsets.ReadOnlyModelViewSet[PermittedDevice]):
     serializer_class = PermittedDeviceSerializer
     filter_backends = [DjangoFilterBackend]
     filterset_class = PermittedDeviceFilterSet
-    pagination_class = InventoryPagination
+    pagination_class = StandardPagination

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.contrib.auth.decorators import login_not_required
+from django.views.decorators.csrf import csrf_exempt
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.utils.translation import gettext_lazy as _
@@ -172,7 +173,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             detail = str(_PLAIN_TITLES[403])
         body = problem_body(response.status_code, str(detail), instance=instance)
     response.data = body
-    response.content_type = PROBLEM_CONTENT_TYPE
+    renderer = getattr(request, "accepted_renderer", None)
+    if renderer is None or getattr(renderer, "format", "json") == "json":
+        # Only a JSON rendering is problem+json (the browsable API or the YAML schema keep theirs).
+        response.content_type = PROBLEM_CONTENT_TYPE
     return response
 
 
@@ -186,6 +190,7 @@ def problem_response(request: HttpRequest, status_code: int, detail: str) -> Htt
     )
 
 
+@csrf_exempt
 @login_not_required
 def api_not_found(request: HttpRequest, path: str = "") -> HttpResponse:
     """Catch-all for unknown ``/api/`` paths: a problem-details 404, not the HTML page."""

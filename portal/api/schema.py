@@ -1,4 +1,7 @@
-"""OpenAPI pieces shared by the API views (drf-spectacular): the problem-details schema."""
+"""OpenAPI pieces shared by the API views (drf-spectacular): the problem-details schema.
+
+Importing this module also registers the schema extensions of ``portal.api.openapi``.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,8 @@ from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
+
+from portal.api import openapi  # noqa: F401  (registers the token security scheme)
 
 _DESCRIPTIONS = {
     400: "Validation failed: `errors` lists the fields (problem type validation-error).",
@@ -44,3 +49,13 @@ class ProblemSerializer(serializers.Serializer[Any]):
 def problem_responses(*codes: int) -> dict[int, OpenApiResponse]:
     """``{status: OpenApiResponse(ProblemSerializer)}`` for ``extend_schema(responses=...)``."""
     return {code: OpenApiResponse(ProblemSerializer, description=_DESCRIPTIONS[code]) for code in codes}
+
+
+def list_problem_responses(*codes: int) -> dict[int, OpenApiResponse]:
+    """``problem_responses(*codes)`` of a paginated list, plus its 404: a ``?page=`` that is not
+    a page of the list (DRF's ``PageNumberPagination`` answers 404 "Invalid page")."""
+    responses = problem_responses(*codes)
+    responses[404] = OpenApiResponse(
+        ProblemSerializer, description="No such page: `page` is not a page number of this list."
+    )
+    return dict(sorted(responses.items()))

@@ -24,7 +24,7 @@ from rest_framework.serializers import BaseSerializer
 
 from portal.api.pagination import StandardPagination
 from portal.api.problems import ProblemError
-from portal.api.schema import problem_responses
+from portal.api.schema import list_problem_responses, problem_responses
 from portal.models import TokenScope
 from vmrequests import approval
 from vmrequests.api.creation import CreateOutcome, create_request
@@ -56,7 +56,7 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
 @extend_schema_view(
     list=extend_schema(
         summary="List VM requests you may see",
-        responses={200: VMRequestSerializer, **problem_responses(400, 401, 403, 429)},
+        responses={200: VMRequestSerializer, **list_problem_responses(400, 401, 403, 429)},
     ),
     retrieve=extend_schema(
         summary="One VM request",
@@ -248,7 +248,7 @@ class VMRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
 @extend_schema_view(
     list=extend_schema(
         summary="Your teams (admins: every team)",
-        responses={200: TeamSerializer, **problem_responses(401, 403, 429)},
+        responses={200: TeamSerializer, **list_problem_responses(401, 403, 429)},
     ),
     retrieve=extend_schema(
         summary="One team", responses={200: TeamSerializer, **problem_responses(401, 403, 404, 429)}
@@ -278,7 +278,7 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet[Team]):
 @extend_schema_view(
     list=extend_schema(
         summary="Images you may request",
-        responses={200: VmImageSerializer, **problem_responses(401, 403, 429)},
+        responses={200: VmImageSerializer, **list_problem_responses(401, 403, 429)},
     ),
     retrieve=extend_schema(
         summary="One image", responses={200: VmImageSerializer, **problem_responses(401, 403, 404, 429)}
