@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.contrib.auth.decorators import login_not_required
-from django.views.decorators.csrf import csrf_exempt
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.utils.translation import gettext_lazy as _
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,21 +14,28 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='ApiToken',
+            name="ApiToken",
             fields=[
-                ('digest', models.CharField(max_length=128, primary_key=True, serialize=False)),
-                ('token_key', models.CharField(db_index=True, max_length=25)),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('expiry', models.DateTimeField(blank=True, null=True)),
-                ('name', models.CharField(max_length=100, verbose_name='name')),
-                ('scopes', models.JSONField(default=list, verbose_name='scopes')),
-                ('last_used', models.DateTimeField(blank=True, null=True, verbose_name='last used')),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='auth_token_set', to=settings.AUTH_USER_MODEL)),
+                ("digest", models.CharField(max_length=128, primary_key=True, serialize=False)),
+                ("token_key", models.CharField(db_index=True, max_length=25)),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("expiry", models.DateTimeField(blank=True, null=True)),
+                ("name", models.CharField(max_length=100, verbose_name="name")),
+                ("scopes", models.JSONField(default=list, verbose_name="scopes")),
+                ("last_used", models.DateTimeField(blank=True, null=True, verbose_name="last used")),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="auth_token_set",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'API token',
-                'verbose_name_plural': 'API tokens',
-                'ordering': ['-created'],
+                "verbose_name": "API token",
+                "verbose_name_plural": "API tokens",
+                "ordering": ["-created"],
             },
         ),
     ]

@@ -367,7 +367,7 @@ def test_translate_keeps_the_api_server_message() -> None:
     from kubernetes.client.exceptions import ApiException
 
     exc = ApiException(status=403, reason="Forbidden")
-    exc.body = (
+    exc.body = (  # type: ignore[assignment]  # the client hands bytes from urllib3
         b'{"kind":"Status","apiVersion":"v1","status":"Failure","message":"nodes \\"n1\\" is forbidden: User '
         b'\\"system:serviceaccount:gpu-vm-portal:gpu-vm-portal\\" cannot delete resource \\"nodes\\"","code":403}'
     )

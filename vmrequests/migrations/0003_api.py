@@ -6,29 +6,57 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('vmrequests', '0002_requests'),
+        ("vmrequests", "0002_requests"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='vmrequest',
-            options={'ordering': ['-created', '-pk'], 'permissions': [('approve_vmrequest', 'Can approve or reject VM requests'), ('submit_for_others', 'Can submit VM requests on behalf of another user (requested_for)')], 'verbose_name': 'VM request', 'verbose_name_plural': 'VM requests'},
+            name="vmrequest",
+            options={
+                "ordering": ["-created", "-pk"],
+                "permissions": [
+                    ("approve_vmrequest", "Can approve or reject VM requests"),
+                    ("submit_for_others", "Can submit VM requests on behalf of another user (requested_for)"),
+                ],
+                "verbose_name": "VM request",
+                "verbose_name_plural": "VM requests",
+            },
         ),
         migrations.CreateModel(
-            name='IdempotencyKey',
+            name="IdempotencyKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=255)),
-                ('body', models.JSONField()),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('vm_request', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='idempotency_keys', to='vmrequests.vmrequest')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=255)),
+                ("body", models.JSONField()),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "vm_request",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="idempotency_keys",
+                        to="vmrequests.vmrequest",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('user', 'key'), name='idempotency_unique_user_key')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("user", "key"), name="idempotency_unique_user_key")
+                ],
             },
         ),
     ]
