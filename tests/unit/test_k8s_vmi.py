@@ -367,10 +367,12 @@ def test_translate_keeps_the_api_server_message() -> None:
     from kubernetes.client.exceptions import ApiException
 
     exc = ApiException(status=403, reason="Forbidden")
-    exc.body = (  # type: ignore[assignment]  # the client hands bytes from urllib3
+    # The client hands over the body as bytes from urllib3.
+    status_body: Any = (
         b'{"kind":"Status","apiVersion":"v1","status":"Failure","message":"nodes \\"n1\\" is forbidden: User '
         b'\\"system:serviceaccount:gpu-vm-portal:gpu-vm-portal\\" cannot delete resource \\"nodes\\"","code":403}'
     )
+    exc.body = status_body
     error = k8s.translate(exc)
     assert isinstance(error, k8s.K8sForbidden)
     assert str(error) == (
