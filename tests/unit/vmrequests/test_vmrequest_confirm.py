@@ -15,7 +15,7 @@ def test_cancel_and_release_forms_ask_first() -> None:
     client = Client()
     client.force_login(w.ana)
     page = client.get(f"/requests/{w.r_ana.pk}/").content.decode()
-    assert 'class="decide cancel" method="post" data-confirm="Cancel this request?"' in page
+    assert 'data-confirm="Cancel this request?"' in page
     assert '<script src="/static/js/confirm.js" defer></script>' in page
     w.r_ana.status = "running"
     w.r_ana.save(update_fields=["status"])
