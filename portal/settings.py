@@ -396,5 +396,6 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "portal.api.openapi.problem_content_type",
+        "portal.api.openapi.database_neutral_integers",
     ],
 }

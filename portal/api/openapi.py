@@ -103,6 +103,34 @@ def problem_content_type(
     return result
 
 
+#: Upper bounds Django derives from the database backend's integer columns (SQLite 64-bit,
+#: PostgreSQL 32-bit ``integer``): not part of the API contract, and they would make the
+#: committed schema depend on the database it was generated against.
+_DATABASE_INTEGER_BOUNDS = frozenset({2**31 - 1, 2**63 - 1})
+
+
+def database_neutral_integers(
+    result: dict[str, Any], generator: Any, request: Any, public: bool
+) -> dict[str, Any]:
+    """Postprocessing hook: drop ``maximum`` values that are only a database column's range
+    (``_DATABASE_INTEGER_BOUNDS``) and the ``format: int64`` spectacular adds for them.
+    Returns ``result`` (mutated)."""
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "integer" and node.get("maximum") in _DATABASE_INTEGER_BOUNDS:
+                del node["maximum"]
+                node.pop("format", None)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(result)
+    return result
+
+
 class _SignInFirst(APIView):
     """Docs pages are for signed-in people: send anonymous browsers to the login page.
 

@@ -33,6 +33,8 @@ import schemathesis
 from django.contrib.auth.models import Permission
 from django.core.cache import cache
 from django.core.handlers.wsgi import WSGIHandler
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
 from django.utils import timezone
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -147,8 +149,17 @@ def fuzz_world(db: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[SimpleName
             request=req, actor=req.requester, action="submit", from_status="", to_status="submitted"
         )
     _, w.token = ApiToken.issue(w.apa, "fuzz", ["read", "write", "approve"], 30)
-    yield w
-    cache.clear()
+    # Calls go straight to the WSGI handler: like Django's test client, keep the handler from
+    # closing the test's database connection at the end of each request (PostgreSQL would lose
+    # the test transaction).
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        yield w
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+        cache.clear()
 
 
 def existing_values() -> dict[str, list[Any]]:
