@@ -1,6 +1,6 @@
 """Django admin of webhooks: pages render, the secret is hidden on the change form and shown
 (and rotated) only on its own page, the delivery log is view-only with its attempts, and
-"Redeliver" makes a new, enqueued delivery."""
+"Redeliver" makes a new, webhook_enqueued delivery."""
 
 from __future__ import annotations
 
@@ -13,17 +13,9 @@ from django.utils import timezone
 
 from tests.factories import portal_user
 from tests.webhook_factories import SECRET, stored_delivery, stored_endpoint, stored_event
-from vmrequests import tasks
 from vmrequests.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    sent: list[int] = []
-    monkeypatch.setattr(tasks.webhook_deliver, "apply_async", lambda args, **kw: sent.append(args[0]))
-    return sent
 
 
 @pytest.fixture
@@ -156,7 +148,9 @@ def test_delivery_page_shows_the_attempts_read_only(world: Any) -> None:
     assert world.delivery.status == "failed"
 
 
-def test_redeliver_action(world: Any, enqueued: list[int], django_capture_on_commit_callbacks: Any) -> None:
+def test_redeliver_action(
+    world: Any, webhook_enqueued: list[int], django_capture_on_commit_callbacks: Any
+) -> None:
     off = stored_endpoint("off", "https://off.example.com/", active=False)
     to_off = stored_delivery(off, world.event, status="failed")
     with django_capture_on_commit_callbacks(execute=True):
@@ -172,14 +166,14 @@ def test_redeliver_action(world: Any, enqueued: list[int], django_capture_on_com
         "pending",
         0,
     )
-    assert enqueued == [new.pk]
+    assert webhook_enqueued == [new.pk]
     assert not WebhookDelivery.objects.filter(redelivery_of=to_off).exists()
     html = response.content.decode()
     assert "1 redelivery queued." in html
     assert "1 delivery skipped: its endpoint is inactive." in html
 
 
-def test_redeliver_needs_the_change_permission(world: Any, enqueued: list[int]) -> None:
+def test_redeliver_needs_the_change_permission(world: Any, webhook_enqueued: list[int]) -> None:
     from django.contrib.auth.models import Permission
 
     staff = portal_user("staff", "viewer")
@@ -191,4 +185,4 @@ def test_redeliver_needs_the_change_permission(world: Any, enqueued: list[int]) 
     client.post(
         "/admin/vmrequests/webhookdelivery/", {"action": "redeliver", "_selected_action": [world.delivery.pk]}
     )
-    assert WebhookDelivery.objects.count() == 1 and enqueued == []
+    assert WebhookDelivery.objects.count() == 1 and webhook_enqueued == []

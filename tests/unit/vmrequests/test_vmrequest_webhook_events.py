@@ -33,14 +33,6 @@ def _base_url(settings: Any) -> None:
 
 
 @pytest.fixture
-def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Delivery IDs handed to the broker (``vmrequests.webhook_deliver`` messages)."""
-    sent: list[int] = []
-    monkeypatch.setattr(tasks.webhook_deliver, "apply_async", lambda args, **kw: sent.append(args[0]))
-    return sent
-
-
-@pytest.fixture
 def world() -> Any:
     from types import SimpleNamespace
 
@@ -58,7 +50,7 @@ def as_json(data: Any) -> Any:
 
 
 def test_payload_of_a_status_change(
-    world: Any, enqueued: list[int], django_capture_on_commit_callbacks: Any
+    world: Any, webhook_enqueued: list[int], django_capture_on_commit_callbacks: Any
 ) -> None:
     endpoint = stored_endpoint()
     with django_capture_on_commit_callbacks(execute=True):
@@ -106,13 +98,13 @@ def test_payload_of_a_status_change(
 
     d = WebhookDelivery.objects.get()
     assert (d.endpoint_id, d.event_id, d.status, d.attempts) == (endpoint.pk, event.id, "pending", 0)
-    assert enqueued == [d.pk]
+    assert webhook_enqueued == [d.pk]
     # the stored payload is exactly the body that is sent
     assert json.loads(delivery.encode_body(event.payload)) == payload
 
 
 def test_one_event_per_status_change_named_after_the_status(
-    world: Any, enqueued: list[int], django_capture_on_commit_callbacks: Any
+    world: Any, webhook_enqueued: list[int], django_capture_on_commit_callbacks: Any
 ) -> None:
     stored_endpoint()
     rejected = stored_request(world.team, world.ana, world.image)
@@ -145,11 +137,11 @@ def test_one_event_per_status_change_named_after_the_status(
         "gpu-node-01",
         "10.0.0.7",
     )
-    assert len(enqueued) == 7
+    assert len(webhook_enqueued) == 7
 
 
 def test_deliveries_go_to_active_endpoints_whose_filter_matches(
-    world: Any, enqueued: list[int], django_capture_on_commit_callbacks: Any
+    world: Any, webhook_enqueued: list[int], django_capture_on_commit_callbacks: Any
 ) -> None:
     every = stored_endpoint("every", "https://a.example.com/")
     approvals = stored_endpoint("approvals", "https://b.example.com/", event_types=["vm_request.approved"])
@@ -162,21 +154,21 @@ def test_deliveries_go_to_active_endpoints_whose_filter_matches(
     event = WebhookEvent.objects.get()
     got = sorted(event.deliveries.values_list("endpoint__name", flat=True))
     assert got == ["approvals", "every", "requests"]
-    assert sorted(enqueued) == sorted(event.deliveries.values_list("pk", flat=True))
+    assert sorted(webhook_enqueued) == sorted(event.deliveries.values_list("pk", flat=True))
     assert {every.pk, approvals.pk, requests_all.pk} == set(
         event.deliveries.values_list("endpoint_id", flat=True)
     )
 
 
 def test_no_matching_endpoint_records_nothing(
-    world: Any, enqueued: list[int], django_capture_on_commit_callbacks: Any
+    world: Any, webhook_enqueued: list[int], django_capture_on_commit_callbacks: Any
 ) -> None:
     stored_endpoint("rejections", event_types=["vm_request.rejected"])
     with django_capture_on_commit_callbacks(execute=True):
         world.req.approve(world.apa)
     assert WebhookEvent.objects.count() == 0
     assert WebhookDelivery.objects.count() == 0
-    assert enqueued == []
+    assert webhook_enqueued == []
 
 
 def test_a_failing_webhook_never_breaks_the_status_change(
@@ -233,7 +225,7 @@ def _cluster_down() -> Any:
 
 
 def test_a_failed_sync_is_an_event(
-    monkeypatch: pytest.MonkeyPatch, enqueued: list[int], django_capture_on_commit_callbacks: Any
+    monkeypatch: pytest.MonkeyPatch, webhook_enqueued: list[int], django_capture_on_commit_callbacks: Any
 ) -> None:
     endpoint = stored_endpoint("inventory", event_types=["inventory.sync_failed"])
     stored_endpoint("requests", event_types=["vm_request.*"])
@@ -257,7 +249,7 @@ def test_a_failed_sync_is_an_event(
     assert datetime.fromisoformat(shown["started"]) == run.started
     assert datetime.fromisoformat(shown["finished"]) == run.finished
     assert list(event.deliveries.values_list("endpoint_id", flat=True)) == [endpoint.pk]
-    assert len(enqueued) == 1
+    assert len(webhook_enqueued) == 1
 
 
 def test_a_failing_webhook_never_breaks_the_sync(
@@ -286,7 +278,7 @@ def test_iso_utc() -> None:
 
 
 def test_sync_events_mark_the_start_and_end_of_a_failure_streak(
-    monkeypatch: pytest.MonkeyPatch, enqueued: list[int], django_capture_on_commit_callbacks: Any
+    monkeypatch: pytest.MonkeyPatch, webhook_enqueued: list[int], django_capture_on_commit_callbacks: Any
 ) -> None:
     stored_endpoint("inventory", event_types=["inventory.sync_failed", "inventory.sync_recovered"])
     outcomes = iter(["down", "down", "down", "up", "up", "down"])
