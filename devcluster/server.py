@@ -74,6 +74,10 @@ LIMITED_CLUSTER_ROLE = "devcluster:portal-limited"
 DEFAULT_START_TIMEOUT = 120.0
 #: Seconds between SIGTERM and SIGKILL on stop.
 STOP_GRACE = 10.0
+#: kube-apiserver keeps no state of its own (etcd does), and with watches open its graceful
+#: shutdown takes several seconds, past the 5 s a process manager (honcho) waits before SIGKILL;
+#: so it gets a short grace, etcd the full one.
+APISERVER_STOP_GRACE = 1.0
 #: Attempts at picking free ports when another process grabs one between our probe and the bind.
 PORT_ATTEMPTS = 4
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -651,16 +655,17 @@ class DevCluster:
     def stop(self) -> None:
         """Stop kube-apiserver, then etcd; idempotent, safe from atexit.
 
-        Each process group gets SIGTERM, then SIGKILL after :data:`STOP_GRACE` seconds.
+        Each process group gets SIGTERM, then SIGKILL after :data:`APISERVER_STOP_GRACE` /
+        :data:`STOP_GRACE` seconds.
         """
         for api in self._clients:
             with contextlib.suppress(Exception):
                 api.close()
         self._clients.clear()
-        for name in ("kube-apiserver", "etcd"):
+        for name, grace in (("kube-apiserver", APISERVER_STOP_GRACE), ("etcd", STOP_GRACE)):
             proc = self._procs.get(name)
             if proc is not None:
-                proc.stop(STOP_GRACE)
+                proc.stop(grace)
         with contextlib.suppress(OSError):
             (self.state_dir / "pids.json").unlink(missing_ok=True)
         if self._lock_file is not None:
