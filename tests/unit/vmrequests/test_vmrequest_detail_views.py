@@ -179,7 +179,9 @@ def test_running_request_shows_decision_node_ip_lease_and_how_to_connect(world: 
         "IP address": "10.0.0.5",
         "Lease end": "Jan. 17, 2026, 9:30 a.m.",
     }
-    commands = re.search(r'<pre class="commands connect"><code>(.*?)</code></pre>', html, re.S)
+    commands = re.search(
+        r'<pre class="commands connect"><code id="connect-commands">(.*?)</code></pre>', html, re.S
+    )
     assert commands is not None
     assert commands.group(1).splitlines() == [
         f"virtctl ssh analyst@vmi/ana-vm-{req.pk} -n team-quant",

@@ -717,7 +717,9 @@ def test_failed_request_shows_the_reason_and_what_a_retry_would_do(world: Any) -
 def test_running_vm_still_shows_how_to_connect(world: Any) -> None:
     req = running(world)
     html = page(client_for(world.ana), req)
-    commands = re.search(r'<pre class="commands connect"><code>(.*?)</code></pre>', html, re.S)
+    commands = re.search(
+        r'<pre class="commands connect"><code id="connect-commands">(.*?)</code></pre>', html, re.S
+    )
     assert commands is not None
     assert commands.group(1).splitlines() == [
         f"virtctl ssh analyst@vmi/ana-vm-{req.pk} -n team-quant",
