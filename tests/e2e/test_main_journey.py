@@ -107,12 +107,21 @@ def stat(page: Page, key: str) -> int:
 
 def choose(page: Page, selector: str, value: str) -> None:
     """Select ``value`` in the form's ``selector`` and wait for htmx to re-render the GPU part
-    of the form (team, mode, image and GPU changes post the form to ``new/gpu-options/``)."""
+    of the form (team, mode, image and GPU changes post the form to ``new/gpu-options/``).
+
+    Waits until htmx has swapped and settled the new part, not just until the response arrived:
+    a change made in between would go to an element about to be replaced (seen in CI).
+    """
+    page.evaluate(
+        "() => { window.__portalSettled = false; document.body.addEventListener("
+        "'htmx:afterSettle', () => { window.__portalSettled = true; }, {once: true}); }"
+    )
     with page.expect_response(lambda r: "/requests/new/gpu-options/" in r.url):
         if selector.startswith("input"):
             page.check(selector)
         else:
             page.select_option(selector, value)
+    page.wait_for_function("() => window.__portalSettled === true")
 
 
 def fill_request(
