@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from portal.api.schema import problem_responses
 from portal.models import ApiToken
 from vmrequests.api.creation import SUBMIT_FOR_OTHERS
+from vmrequests.api.serializers import with_caller_roles
 from vmrequests.forms import user_teams
 from vmrequests.roles import APPROVE_PERMISSION, roles_of
 
@@ -66,7 +67,7 @@ class MeView(APIView):
         """Return the caller's profile (see the class docstring)."""
         user: Any = request.user
         teams = []
-        for team in user_teams(user).prefetch_related("members", "approvers"):
+        for team in with_caller_roles(user_teams(user), user):
             teams.append(
                 {
                     "slug": team.slug,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db.models import Prefetch, QuerySet
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -279,3 +280,12 @@ class VmImageSerializer(serializers.ModelSerializer[VmImage]):
 def user_by_name(username: str) -> Any:
     """The active user called ``username``, or None."""
     return get_user_model().objects.filter(username=username, is_active=True).first()
+
+
+def with_caller_roles(teams: QuerySet[Team], user: Any) -> QuerySet[Team]:
+    """``teams`` with ``members`` and ``approvers`` prefetched as just ``user`` (one query each,
+    however large the teams), so ``user in team.members.all()`` tells the caller's role."""
+    only_me = get_user_model().objects.filter(pk=user.pk or 0)
+    return teams.prefetch_related(
+        Prefetch("members", queryset=only_me), Prefetch("approvers", queryset=only_me)
+    )

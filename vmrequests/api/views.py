@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 from django.utils.translation import gettext as _
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
@@ -38,6 +37,7 @@ from vmrequests.api.serializers import (
     VMRequestCreateSerializer,
     VMRequestEventSerializer,
     VMRequestSerializer,
+    with_caller_roles,
 )
 from vmrequests.filtersets import VMRequestFilterSet
 from vmrequests.forms import user_teams
@@ -264,15 +264,12 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet[Team]):
     def get_queryset(self) -> QuerySet[Team]:
         """Visible teams; members/approvers prefetched as just the caller (for ``role``)."""
         user = self.request.user
-        only_me = get_user_model().objects.filter(pk=user.pk or 0)
         base = (
             Team.objects.all()
             if user.is_superuser
             else Team.objects.filter(pk__in=user_teams(user).values("pk"))
         )
-        return base.order_by("name").prefetch_related(
-            "quotas", Prefetch("members", queryset=only_me), Prefetch("approvers", queryset=only_me)
-        )
+        return with_caller_roles(base.order_by("name").prefetch_related("quotas"), user)
 
 
 @extend_schema_view(
