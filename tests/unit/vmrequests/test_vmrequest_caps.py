@@ -108,7 +108,7 @@ def test_a_key_comment_over_1024_characters_is_refused_even_within_the_line_cap(
     response = world["client"].post(URL, post_data(world, ssh_public_key=key))
     assert response.context["form"].errors == {
         "ssh_public_key": [
-            "The key's comment has 1025 characters; at most 1024 are allowed (RFC 4716 §3.3). Shorten it."
+            "The key's comment has 1025 characters; at most 1024 are allowed. Shorten it: it is only a label."
         ]
     }
 
@@ -148,7 +148,14 @@ def test_model_form_and_api_schema_share_the_caps() -> None:
         "ticket_id": 100,
         "requested_for": 150,
     }
-    for name in ("justification", "ssh_public_key", "ticket_source", "ticket_id", "resource_name", "vgpu_type"):
+    for name in (
+        "justification",
+        "ssh_public_key",
+        "ticket_source",
+        "ticket_id",
+        "resource_name",
+        "vgpu_type",
+    ):
         assert VMRequest._meta.get_field(name).max_length == caps[name], name
 
 
