@@ -55,7 +55,9 @@ def fit_long_rows(apps: Any, schema_editor: Any) -> None:
     request_model = apps.get_model("vmrequests", "VMRequest")
     event_model = apps.get_model("vmrequests", "VMRequestEvent")
     long_keys = request_model.objects.annotate(n=Length("ssh_public_key")).filter(n__gt=KEY_CAP)
-    unfixable = sorted(r.pk for r in long_keys.only("pk", "ssh_public_key") if _cut_key(r.ssh_public_key) is None)
+    unfixable = sorted(
+        r.pk for r in long_keys.only("pk", "ssh_public_key") if _cut_key(r.ssh_public_key) is None
+    )
     if unfixable:
         raise RuntimeError(
             f"VM requests {', '.join(f'#{pk}' for pk in unfixable)} have an SSH public key whose type and "
