@@ -1,42 +1,24 @@
 """What a valid VM request is: the one place the request rules live (issue #13).
 
-``validate(user, draft) -> RequestSpec`` checks a ``RequestDraft`` (the request's fields as plain
-typed values) for ``user`` and returns the ``RequestSpec`` that ``approval.submit`` writes, or
-raises ``RequestInvalid`` carrying every field error found (``{field: [FieldError(code,
-message)]}``, ``None`` for the request as a whole) and, when it does not fit, the closest
-alternatives that do. The browser form (``vmrequests/forms.py``) and the API
-(``vmrequests/api/creation.py``) are thin adapters: they parse types, build the draft, call
-``validate`` and map ``RequestInvalid`` to form errors or to RFC 9457 field errors.
+``validate(user, draft) -> RequestSpec`` checks a ``RequestDraft`` (the fields as plain typed
+values) and returns the ``RequestSpec`` that ``approval.submit`` writes, or raises
+``RequestInvalid`` with every error found (``{field or None: [FieldError(code, message)]}``)
+and, when it does not fit, the closest alternatives that do. The browser form
+(``vmrequests/forms.py``) and the API (``vmrequests/api/creation.py``) only parse types, build
+the draft, call ``validate`` and map ``RequestInvalid`` to form or RFC 9457 field errors.
 
-The rules (field, code), in the order they are checked:
-
-- ``requested_for``: filing for another user needs ``vmrequests.submit_for_others``
-  (``not_allowed``), the user must exist and be active (``unknown_user``). Checked first; it
-  stops the rest, which is checked for that user.
-- Lengths, the model's ``max_length`` (``max_length``, Django's message): justification 2,000,
-  SSH key 8,192, ticket source 50, ticket ID 100; a chosen VM name 40 (the VMI name is at most
-  63 and generated names ``<user>-vm-<id>`` need the room).
-- ``team``: one of the requester's teams, member or approver (``invalid_choice``); left out, the
-  requester's only team (``required`` when they have none or several).
-- ``image``: an enabled image (``invalid_choice``). ``mode``: a ``VMMode`` (``invalid_choice``).
-- GPU: exactly one of ``resource_name`` / ``vgpu_type`` (``gpu``), ``vgpu_type`` only for vGPU
-  (``mode``); offered now or after a re-profile for the mode (``placement.gpu_options``), else
-  ``not_permitted`` (KubeVirt's ``permittedHostDevices`` lacks it, DOMAIN.md §5.4),
-  ``other_mode`` or ``unknown_gpu``, each followed by what is offered.
-- Sizes: ``device_count`` 1..8 and at most the GPU's per-VM limit (``per_vm_limit``: one vGPU
-  per VM except whole-GPU C/Q types, NVIDIA vGPU User Guide); ``cpu_cores`` 1..64 and
-  ``memory_gib`` 1..1024 (``min_value``/``max_value``), memory at least the image's minimum
-  (``invalid``); both default to the image's. ``lease_days`` ≥ 1, at most the team's maximum
-  (``max_lease``); defaults to the team's default.
-- ``name``: a DNS-1123 label (``invalid``), not shaped like a generated name (``reserved``), not
-  the name of a live request in the team's namespace (``name_taken``).
-- ``ssh_public_key``: one OpenSSH public key (``vmrequests.sshkeys``: ``empty``, ``private``,
-  ``comment_too_long``, ...). ``justification``: at least 5 characters (``required`` /
-  ``min_length``). ``ticket_id``: unused for its ticket source (``duplicate``).
-- Capacity now or by re-profiling (field ``None``, code ``invalid``) and every matching quota
-  of the team (``None``, ``quota``): ``placement.check_request``; alternatives come with it.
-
-Codes ``invalid`` on memory and capacity are kept from the API's earlier answers.
+Rules in the order checked (each field's codes: docs/requests.md §7): ``requested_for`` (the
+``vmrequests.submit_for_others`` permission, an active user; it stops the rest); lengths, the
+model's ``max_length`` (justification 2,000, SSH key 8,192, ticket source 50, ticket ID 100; a
+chosen name 40, leaving room in the 63-character VMI name); ``team`` (one of the requester's,
+or their only one when left out); ``image`` (enabled); ``mode``; the GPU (offered now or after
+a re-profile, ``placement.gpu_options``; never one KubeVirt does not permit, DOMAIN.md §5.4);
+sizes (``device_count`` 1..8 and the per-VM vGPU limit of the NVIDIA vGPU User Guide,
+``cpu_cores`` 1..64 and ``memory_gib`` 1..1024 defaulting to the image's, memory at least the
+image's minimum); ``lease_days`` (≥ 1, at most the team's maximum, defaulting to its default);
+``name`` (DNS-1123 label, not shaped like a generated name, not live in the namespace);
+``ssh_public_key`` (``vmrequests.sshkeys``); ``justification`` (≥ 5 characters);
+``ticket_id`` (unused for its source); then capacity and quota (``placement.check_request``).
 """
 
 from __future__ import annotations
@@ -44,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -82,12 +65,9 @@ GPU_FIELDS = frozenset({"resource_name", "vgpu_type"})
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """What a valid request asks for (``validate``'s result; ``approval.submit`` writes it).
-
-    ``resource_name`` is ``""`` for a vGPU type only available after re-profiling. Sizes in
-    cores and GiB, the lease in days. ``requester``: the user it is for (the caller, or the
-    ``requested_for`` user); None when built by hand for ``approval.submit``.
-    """
+    """A valid request (``validate``'s result, written by ``approval.submit``): sizes in cores and
+    GiB, lease in days; ``resource_name`` ``""`` for a vGPU type only offered after a re-profile;
+    ``requester`` the user it is for (None when built by hand for ``approval.submit``)."""
 
     team: Team
     mode: str
@@ -248,11 +228,9 @@ class _Check:
         self.errors: dict[str | None, list[FieldError]] = {}
         self.alternatives: list[Alternative] = []
 
-    @property
+    @cached_property
     def snap(self) -> CapacitySnapshot:
-        if self._snapshot is None:
-            self._snapshot = CapacitySnapshot()
-        return self._snapshot
+        return self._snapshot or CapacitySnapshot()
 
     def fail(self, name: str | None, code: str, message: str) -> None:
         """Record one error; a failed field counts as unknown for the rules after it."""
@@ -271,6 +249,11 @@ class _Check:
 
     def given(self, name: str) -> bool:
         return name not in self.skip
+
+    def bounded(self, name: str, value: int, maximum: int | None = None) -> bool:
+        """``value`` ≥ 1 and ≤ ``maximum`` (Django's messages); True when it is."""
+        top = [MaxValueValidator(maximum)] if maximum is not None else []
+        return all(self.django(name, v, value) for v in (MinValueValidator(1), *top))
 
     def run(self) -> RequestSpec:
         d = self.draft
@@ -354,9 +337,8 @@ class _Check:
         if not self.given("mode"):
             return ""
         if self.draft.mode not in VMMode.values:
-            self.fail(
-                "mode", "invalid_choice", _("Choose one of: %(modes)s.") % {"modes": ", ".join(VMMode.values)}
-            )
+            message = _("Choose one of: %(modes)s.") % {"modes": ", ".join(VMMode.values)}
+            self.fail("mode", "invalid_choice", message)
             return ""
         return self.draft.mode
 
@@ -389,33 +371,27 @@ class _Check:
         d = self.draft
         name, ref = ("resource_name", d.resource_name) if d.resource_name else ("vgpu_type", d.vgpu_type)
         rows = [r for r in self.snap.resources if (r.name if d.resource_name else r.vgpu_type) == ref]
+        values = {"gpu": ref[:120], "mode": VMMode(mode).label}
         if any(r.permitted is False for r in rows):
             code = "not_permitted"
-            message = _(
+            text = _(
                 "KubeVirt does not permit %(gpu)s (it is not in permittedHostDevices), so a VM cannot use it."
-            ) % {"gpu": ref}
+            )
         elif rows:
             code = "other_mode"
-            message = _("%(gpu)s is not a %(mode)s GPU. Choose another mode, or one of the listed GPUs.") % {
-                "gpu": ref,
-                "mode": VMMode(mode).label,
-            }
+            text = _("%(gpu)s is not a %(mode)s GPU. Choose another mode, or one of the listed GPUs.")
         else:
             code = "unknown_gpu"
-            message = _(
+            text = _(
                 "%(gpu)s is not in the GPU inventory (or no longer offered). Choose one of the listed GPUs."
-            ) % {"gpu": ref[:120]}
-        self.fail(name, code, f"{message} {offered_text(options, mode)}")
+            )
+        self.fail(name, code, f"{text % values} {offered_text(options, mode)}")
 
     def device_count(self, option: GpuOption | None) -> int | None:
         count = self.draft.device_count
         if not self.given("device_count") or count is None:
-            self.skip.add("device_count")
             return None
-        if not (
-            self.django("device_count", MinValueValidator(1), count)
-            and self.django("device_count", MaxValueValidator(MAX_DEVICES), count)
-        ):
+        if not self.bounded("device_count", count, MAX_DEVICES):
             return None
         if option is not None and count > option.per_vm_limit:
             if option.vgpu_type and option.per_vm_limit == 1:
@@ -428,28 +404,19 @@ class _Check:
             return None
         return count
 
-    def size(
-        self, name: str, value: int | None, maximum: int, image: VmImage | None, default: str
-    ) -> int | None:
-        """A size between 1 and ``maximum``; None: the image's ``default`` attribute."""
+    def size(self, name: str, value: int | None, top: int, image: VmImage | None, default: str) -> int | None:
+        """A size between 1 and ``top``; None: the image's ``default`` attribute."""
         if not self.given(name):
             return None
         if value is None:
             return getattr(image, default) if image is not None else None
-        ok = self.django(name, MinValueValidator(1), value) and self.django(
-            name, MaxValueValidator(maximum), value
-        )
-        return value if ok else None
+        return value if self.bounded(name, value, top) else None
 
     def memory(self, image: VmImage | None) -> int | None:
         memory = self.size("memory_gib", self.draft.memory_gib, MAX_MEMORY_GIB, image, "default_memory_gib")
         if memory is not None and image is not None and memory < image.min_memory_gib:
-            self.fail(
-                "memory_gib",
-                "invalid",
-                _("The image %(image)s needs at least %(min)s GiB of memory.")
-                % {"image": image.name, "min": image.min_memory_gib},
-            )
+            text = _("The image %(image)s needs at least %(min)s GiB of memory.")
+            self.fail("memory_gib", "invalid", text % {"image": image.name, "min": image.min_memory_gib})
             return None
         return memory
 
@@ -459,15 +426,11 @@ class _Check:
             return None
         if lease is None:
             return team.default_lease_days if team is not None else None
-        if not self.django("lease_days", MinValueValidator(1), lease):
+        if not self.bounded("lease_days", lease):
             return None
         if team is not None and lease > team.max_lease_days:
-            self.fail(
-                "lease_days",
-                "max_lease",
-                _("Team %(team)s allows leases of at most %(max)s days.")
-                % {"team": team.name, "max": team.max_lease_days},
-            )
+            text = _("Team %(team)s allows leases of at most %(max)s days.")
+            self.fail("lease_days", "max_lease", text % {"team": team.name, "max": team.max_lease_days})
             return None
         return lease
 
@@ -475,18 +438,11 @@ class _Check:
         name = self.draft.name.strip()
         if not name or not self.given("name") or not self.django("name", dns1123_label_validator, name):
             return name
+        live = VMRequest.objects.filter(vmi_name=name, status__in=sorted(LIVE_STATES))
         if GENERATED_NAME.search(name):
-            self.fail(
-                "name",
-                "reserved",
-                _("Names ending in -vm-<number> are reserved for generated names; choose another."),
-            )
-        elif (
-            team is not None
-            and VMRequest.objects.filter(
-                vmi_namespace=team.namespace, vmi_name=name, status__in=sorted(LIVE_STATES)
-            ).exists()
-        ):
+            reserved = _("Names ending in -vm-<number> are reserved for generated names; choose another.")
+            self.fail("name", "reserved", reserved)
+        elif team is not None and live.filter(vmi_namespace=team.namespace).exists():
             self.fail(
                 "name",
                 "name_taken",
@@ -516,17 +472,10 @@ class _Check:
 
     def ticket(self) -> None:
         ticket, source = self.draft.ticket_id.strip(), self.draft.ticket_source.strip()
-        if (
-            ticket
-            and self.given("ticket_id")
-            and self.given("ticket_source")
-            and ticket_taken(source, ticket)
-        ):
-            self.fail(
-                "ticket_id",
-                "duplicate",
-                _("Ticket %(ticket)s already has a VM request.") % {"ticket": ticket},
-            )
+        checkable = ticket and self.given("ticket_id") and self.given("ticket_source")
+        if checkable and ticket_taken(source, ticket):
+            message = _("Ticket %(ticket)s already has a VM request.") % {"ticket": ticket}
+            self.fail("ticket_id", "duplicate", message)
 
     def capacity(self, team: Team, mode: str, option: GpuOption, count: int) -> None:
         verdict = check_request(team, mode, option.resource_name, option.vgpu_type, count, snapshot=self.snap)
