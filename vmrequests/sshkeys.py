@@ -118,6 +118,25 @@ def parse_ssh_public_key(text: str) -> SshKeyInfo:
             ``MAX_COMMENT_LENGTH``).
     """
     text = (text or "").strip()
+    _refuse_what_is_not_one_key(text)
+    tokens = text.split()
+    _refuse_key_type(tokens)
+    key_type, blob = tokens[0], tokens[1]
+    bits = _load_bits(key_type, blob)
+    comment = " ".join(tokens[2:])
+    if len(comment) > MAX_COMMENT_LENGTH:
+        raise ValidationError(
+            _(
+                "The key's comment has %(n)s characters; at most %(max)s are allowed. Shorten it: it is only a label."
+            )
+            % {"n": len(comment), "max": MAX_COMMENT_LENGTH},
+            code="comment_too_long",
+        )
+    return SshKeyInfo(key_type=key_type, blob=blob, comment=comment, bits=bits)
+
+
+def _refuse_what_is_not_one_key(text: str) -> None:
+    """Codes ``empty``, ``max_length``, ``private``, ``rfc4716``, ``multiple`` (several lines)."""
     if not text:
         raise ValidationError(_("Paste your SSH public key."), code="empty")
     MaxLengthValidator(MAX_PUBLIC_KEY_LENGTH)(text)
@@ -140,7 +159,11 @@ def parse_ssh_public_key(text: str) -> SshKeyInfo:
     lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) > 1:
         raise ValidationError(_("Paste exactly one public key, on one line."), code="multiple")
-    tokens = text.split()
+
+
+def _refuse_key_type(tokens: list[str]) -> None:
+    """Codes ``options``, ``certificate``, ``unknown_type``, ``dsa``, ``invalid`` (no body),
+    ``multiple`` (two keys on one line)."""
     key_type = tokens[0]
     if key_type not in KNOWN_TYPES:
         if any(t in KNOWN_TYPES for t in tokens[1:]):
@@ -168,7 +191,10 @@ def parse_ssh_public_key(text: str) -> SshKeyInfo:
         raise ValidationError(_("The key is incomplete: its base64 body is missing."), code="invalid")
     if any(t in KNOWN_TYPES for t in tokens[2:]):
         raise ValidationError(_("Paste exactly one public key, on one line."), code="multiple")
-    blob = tokens[1]
+
+
+def _load_bits(key_type: str, blob: str) -> int:
+    """The key's size in bits, loaded with ``cryptography``; codes ``invalid``, ``rsa_too_short``."""
     try:
         base64.b64decode(blob, validate=True)
         key = serialization.load_ssh_public_key(f"{key_type} {blob}".encode("ascii"))
@@ -185,16 +211,7 @@ def parse_ssh_public_key(text: str) -> SshKeyInfo:
             % {"bits": bits, "min": MIN_RSA_BITS},
             code="rsa_too_short",
         )
-    comment = " ".join(tokens[2:])
-    if len(comment) > MAX_COMMENT_LENGTH:
-        raise ValidationError(
-            _(
-                "The key's comment has %(n)s characters; at most %(max)s are allowed. Shorten it: it is only a label."
-            )
-            % {"n": len(comment), "max": MAX_COMMENT_LENGTH},
-            code="comment_too_long",
-        )
-    return SshKeyInfo(key_type=key_type, blob=blob, comment=comment, bits=bits)
+    return bits
 
 
 def validate_ssh_public_key(text: str) -> str:
