@@ -1,8 +1,10 @@
 """Cap a request's justification (2,000 characters) and SSH public key (8,192) in the database.
 
-Rows stored before the caps may be longer (the form once accepted 50,000 characters), and on
-PostgreSQL ``ALTER COLUMN ... TYPE varchar(n)`` fails on any longer value. So the data step
-runs first and makes every row fit, losing nothing:
+Rows stored before the caps may be longer (the form once accepted 50,000 characters). Django's
+``ALTER COLUMN ... TYPE varchar(n) USING col::varchar(n)`` would not fail on PostgreSQL: an
+explicit cast to ``varchar(n)`` silently cuts longer values, so text would vanish without a
+trace and a key could lose part of its body. So the data step runs first and makes every row
+fit, losing nothing:
 
 - a justification over 2,000 characters is cut to 1,999 and "…";
 - an SSH key line over 8,192 characters keeps its type and key body and has its comment cut

@@ -1,8 +1,9 @@
 """Migration ``vmrequests.0005_request_length_caps`` on a database holding over-long rows.
 
 The rows are written at ``0004`` (unbounded text columns), then the database is migrated
-forward: on PostgreSQL the ``varchar`` change would fail on any longer value, so the data step
-must make them fit first, keep the originals in the timeline, and refuse what it cannot fit.
+forward. PostgreSQL's ``ALTER COLUMN ... USING col::varchar(n)`` would silently cut longer
+values, so the data step must make them fit first (an ellipsis shows the cut), keep the
+originals in the timeline, and refuse what it cannot fit without changing a key.
 Runs on SQLite and, with ``DATABASE_URL=postgres://...``, on PostgreSQL (docs/testing.md).
 """
 
