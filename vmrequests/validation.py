@@ -122,7 +122,7 @@ class FieldError:
     message: str
 
 
-@dataclass
+@dataclass(eq=False)  # an exception keeps identity equality and stays hashable
 class RequestInvalid(Exception):
     """The draft breaks one or more rules (module docstring).
 

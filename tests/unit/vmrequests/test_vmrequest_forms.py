@@ -84,7 +84,7 @@ def gpu_choices(form: VMRequestForm) -> list[tuple[str, str]]:
 def team_choices(form: VMRequestForm) -> list[tuple[str, str]]:
     field = form.fields["team"]
     assert isinstance(field, forms.ChoiceField)
-    return [(str(value), str(label)) for value, label in field.choices]
+    return [(str(value), str(label)) for value, label in field.widget.choices]
 
 
 # --- good input ---------------------------------------------------------------------------------
