@@ -11,7 +11,6 @@ one after the other and the second sees the first's reservation: it is refused, 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +22,6 @@ from gpuinventory.models import GpuNode, Reservation
 from vmrequests.choices import DeletionReason, EventAction, VMRequestStatus
 from vmrequests.models import (
     AutoApprovalRule,
-    Team,
     TransitionError,
     VMRequest,
     VMRequestEvent,
@@ -31,6 +29,7 @@ from vmrequests.models import (
     vmi_name_for,
 )
 from vmrequests.placement import Placement, QuotaBook, Verdict, check_request
+from vmrequests.validation import RequestSpec as RequestSpec  # re-exported; owned by validation
 
 log = logging.getLogger(__name__)
 
@@ -61,34 +60,10 @@ def _approval_lock() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [APPROVAL_LOCK_KEY])
 
 
-@dataclass(frozen=True)
-class RequestSpec:
-    """What a request asks for (the form's and the API's cleaned data).
-
-    ``resource_name`` is ``""`` for a vGPU type only available after re-profiling.
-    """
-
-    team: Team
-    mode: str
-    resource_name: str
-    vgpu_type: str
-    gpu_model: str
-    device_count: int
-    cpu_cores: int
-    memory_gib: int
-    image: Any
-    ssh_public_key: str
-    lease_days: int
-    justification: str
-    name: str = ""
-    ticket_source: str = ""
-    ticket_id: str = ""
-
-
 def submit(spec: RequestSpec, requester: Any, *, submitted_by: Any = None) -> VMRequest:
     """Create a submitted request and its first timeline entry, then try the team's
     auto-approval rules. Validation (capacity, quota, SSH key, bounds) is the caller's job
-    (``vmrequests.forms.VMRequestForm``); this only writes.
+    (``vmrequests.validation.validate``, which returns the spec); this only writes.
 
     Args:
         spec: the validated request. requester: the user it is for.

@@ -1,55 +1,55 @@
-"""The new-request form (analysts): what they ask for, checked against capacity and quota.
+"""The new-request form (analysts): a thin adapter over ``vmrequests.validation``.
 
-``VMRequestForm(user, data=None, initial=...)``. The GPU choices depend on the mode, the lease
-bounds on the team, the CPU/memory defaults and memory minimum on the image; the form reads
-those from the bound data (or the initial values of an unbound re-render) when it is built, so
-the view can re-render it after any change without losing what was typed
-(``vmrequests/views/new.py``). ``clean()`` runs ``placement.check_request`` (capacity now or by
-re-profiling, and the team's quotas); when the request does not fit, each problem becomes a
-non-field error and ``form.alternatives`` holds the closest options that fit now.
+``VMRequestForm(user, data=None, initial=...)``. The form parses types (choices, integers,
+stripped text capped at the model's ``max_length``, which also gives the ``maxlength``
+attributes), builds a ``RequestDraft`` and calls ``validation.validate``, the one place the
+request rules live; each ``FieldError`` becomes an error of the matching field (``resource_name``
+and ``vgpu_type`` are the ``gpu`` field, whole-request problems are non-field errors) and
+``form.alternatives`` holds the closest options that fit now.
+
+The GPU choices depend on the mode, the lease bounds on the team, the CPU/memory defaults and
+memory minimum on the image; the form reads those from the bound data (or the initial values of
+an unbound re-render) when it is built, so the view can re-render it after any change without
+losing what was typed (``vmrequests/views/new.py``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
 from django import forms
-from django.db.models import Q, QuerySet
 from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from gpuinventory.capacity import CapacitySnapshot
-from vmrequests.approval import RequestSpec
-from vmrequests.choices import LIVE_STATES, VMMode
-from vmrequests.models import (
-    MAX_CPU_CORES,
-    MAX_DEVICES,
-    MAX_MEMORY_GIB,
-    Team,
-    VmImage,
-    VMRequest,
-    dns1123_label_validator,
+from vmrequests.choices import VMMode
+from vmrequests.models import MAX_CPU_CORES, MAX_DEVICES, MAX_MEMORY_GIB, Team, VmImage, VMRequest
+from vmrequests.placement import REPROFILE_PREFIX, Alternative, GpuOption, gpu_options
+from vmrequests.sshkeys import describe_ssh_key
+from vmrequests.validation import (
+    GPU_FIELDS,
+    MAX_NAME_LENGTH,
+    MIN_JUSTIFICATION_LENGTH,
+    RequestDraft,
+    RequestInvalid,
+    RequestSpec,
+    model_cap,
+    user_teams,
+    validate,
 )
-from vmrequests.placement import Alternative, GpuOption, Verdict, check_request, gpu_options
-from vmrequests.sshkeys import describe_ssh_key, validate_ssh_public_key
 
-#: Longest VM name an analyst may choose (the VMI name is at most 63 characters).
-MAX_NAME_LENGTH = 40
-#: Generated VMI names look like ``alice-vm-42`` (``models.vmi_name_for``): reserved.
-GENERATED_NAME = re.compile(r"-vm-\d+\Z")
+__all__ = ["DEPENDENT_ID", "VMRequestForm", "initial_from", "user_teams"]
+
 #: Element id of the part of the form re-rendered when team, mode, image or GPU change.
 DEPENDENT_ID = "request-dependent"
 
 
-def user_teams(user: Any) -> QuerySet[Team]:
-    """Teams ``user`` may request VMs for: those they are a member or an approver of."""
-    if not getattr(user, "is_authenticated", False):
-        return Team.objects.none()
-    return Team.objects.filter(Q(members=user) | Q(approvers=user)).distinct().order_by("name")
+def _cap(name: str) -> int:
+    """The model's ``max_length`` of ``VMRequest.<name>``."""
+    return model_cap(VMRequest, name)
 
 
 def initial_from(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -58,19 +58,28 @@ def initial_from(data: Mapping[str, Any]) -> dict[str, Any]:
     return {name: data.get(name) for name in VMRequestForm.base_fields if data.get(name) not in (None, "")}
 
 
-class ImageChoiceField(forms.ModelChoiceField):
-    """Images labelled with their operating system and memory minimum."""
+class RefChoiceField(forms.TypedChoiceField):
+    """A choice of a row by primary key (an ``int``). Whether the row may be chosen is
+    ``validation.validate``'s rule, not the choice list's, so any integer passes here."""
 
-    def label_from_instance(self, obj: Any) -> str:
-        return _("%(name)s (%(os)s, at least %(min)s GiB)") % {
-            "name": obj.name,
-            "os": obj.os,
-            "min": obj.min_memory_gib,
-        }
+    def __init__(self, *, invalid: Any, **kwargs: Any) -> None:
+        super().__init__(coerce=int, empty_value=None, error_messages={"invalid_choice": invalid}, **kwargs)
+
+    def valid_value(self, value: Any) -> bool:
+        return str(value).isdigit()
+
+
+def _image_label(image: VmImage) -> str:
+    """``"Ubuntu 22.04 (Ubuntu 22.04 LTS, at least 8 GiB)"``."""
+    return _("%(name)s (%(os)s, at least %(min)s GiB)") % {
+        "name": image.name,
+        "os": image.os,
+        "min": image.min_memory_gib,
+    }
 
 
 class GpuChoiceField(forms.ChoiceField):
-    """A ChoiceField that leaves the "is it offered" check to ``VMRequestForm.clean_gpu``, which
+    """A ChoiceField that leaves the "is it offered" check to ``validation.validate``, which
     says *why* a value is not offered (unknown, not permitted by KubeVirt, another mode)."""
 
     def validate(self, value: Any) -> None:
@@ -85,19 +94,16 @@ class VMRequestForm(forms.Form):
         data: ``request.POST`` to validate, or None for an unbound form.
         initial: raw values to show in an unbound form (``initial_from``).
         snapshot: a capacity snapshot to reuse (else one is loaded when first needed).
-        ticket_source: the ticketing system the ticket ID belongs to (API; ``""`` in the UI).
 
     Attributes (after construction): ``teams``, ``images``, ``chosen_team``, ``chosen_image``,
     ``chosen_mode`` (from the data or initial values; None/default when not chosen),
     ``options`` (the GPU options of the mode), ``selected_option``. After ``is_valid()``:
-    ``verdict`` (None unless the capacity/quota check ran) and ``alternatives``.
+    ``alternatives`` (``validation.RequestInvalid.alternatives``).
     """
 
-    team = forms.ModelChoiceField(
-        queryset=Team.objects.none(),
+    team = RefChoiceField(
         label=gettext_lazy("Team"),
-        empty_label=gettext_lazy("Choose a team"),
-        error_messages={"invalid_choice": gettext_lazy("Choose one of your teams.")},
+        invalid=gettext_lazy("Choose one of your teams."),
     )
     mode = forms.ChoiceField(
         choices=VMMode.choices,
@@ -105,11 +111,9 @@ class VMRequestForm(forms.Form):
         initial=VMMode.PASSTHROUGH,
         label=gettext_lazy("GPU mode"),
     )
-    image = ImageChoiceField(
-        queryset=VmImage.objects.none(),
+    image = RefChoiceField(
         label=gettext_lazy("Image"),
-        empty_label=gettext_lazy("Choose an image"),
-        error_messages={"invalid_choice": gettext_lazy("Choose one of the listed images.")},
+        invalid=gettext_lazy("Choose one of the listed images."),
     )
     gpu = GpuChoiceField(
         choices=[],
@@ -126,27 +130,26 @@ class VMRequestForm(forms.Form):
     name = forms.CharField(
         required=False,
         max_length=MAX_NAME_LENGTH,
-        validators=[dns1123_label_validator],
         label=gettext_lazy("VM name (optional)"),
         help_text=gettext_lazy("Lower-case letters, digits and '-'. Left blank, one is generated."),
     )
     ssh_public_key = forms.CharField(
+        required=False,
+        max_length=_cap("ssh_public_key"),
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
-        strip=True,
         label=gettext_lazy("SSH public key"),
         help_text=gettext_lazy("One line from your .pub file, e.g. ~/.ssh/id_ed25519.pub."),
     )
     justification = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 4}),
-        min_length=5,
+        required=False,
+        max_length=_cap("justification"),
+        widget=forms.Textarea(attrs={"rows": 4, "minlength": MIN_JUSTIFICATION_LENGTH}),
         label=gettext_lazy("Justification"),
         help_text=gettext_lazy("What the VM is for; approvers read this."),
-        error_messages={
-            "min_length": gettext_lazy("Say in a sentence why you need this VM (at least 5 characters)."),
-            "required": gettext_lazy("Say in a sentence why you need this VM (at least 5 characters)."),
-        },
     )
-    ticket_id = forms.CharField(required=False, max_length=100, label=gettext_lazy("Ticket ID (optional)"))
+    ticket_id = forms.CharField(
+        required=False, max_length=_cap("ticket_id"), label=gettext_lazy("Ticket ID (optional)")
+    )
 
     def __init__(
         self,
@@ -155,23 +158,24 @@ class VMRequestForm(forms.Form):
         initial: Mapping[str, Any] | None = None,
         *,
         snapshot: CapacitySnapshot | None = None,
-        ticket_source: str = "",
         **kwargs: Any,
     ) -> None:
         super().__init__(data=data, initial=dict(initial or {}), **kwargs)
         self.user = user
-        self.ticket_source = ticket_source
         self._snapshot = snapshot
-        self.verdict: Verdict | None = None
+        self._spec: RequestSpec | None = None
         self.alternatives: list[Alternative] = []
-        self.option: GpuOption | None = None
 
-        teams_qs = user_teams(user)
-        self.teams: list[Team] = list(teams_qs)
-        self.fields["team"].queryset = teams_qs  # type: ignore[attr-defined]
-        images_qs = VmImage.objects.filter(enabled=True).order_by("name")
-        self.images: list[VmImage] = list(images_qs)
-        self.fields["image"].queryset = images_qs  # type: ignore[attr-defined]
+        self.teams: list[Team] = list(user_teams(user))
+        self.fields["team"].choices = [  # type: ignore[attr-defined]
+            ("", _("Choose a team")),
+            *((t.pk, t.name) for t in self.teams),
+        ]
+        self.images: list[VmImage] = list(VmImage.objects.filter(enabled=True).order_by("name"))
+        self.fields["image"].choices = [  # type: ignore[attr-defined]
+            ("", _("Choose an image")),
+            *((i.pk, _image_label(i)) for i in self.images),
+        ]
 
         if not self.is_bound:
             if len(self.teams) == 1 and not self.initial.get("team"):
@@ -259,130 +263,65 @@ class VMRequestForm(forms.Form):
         for name in ("team", "mode", "image", "gpu"):
             self.fields[name].widget.attrs.update(attrs)
 
-    # --- validation ---------------------------------------------------------------------
+    # --- validation: the adapter over validation.validate -------------------------------------
 
-    def clean_gpu(self) -> str:
-        """The chosen option's value; a clear error for an unknown or unpermitted resource."""
-        value = self.cleaned_data["gpu"]
-        if self._option(value) is not None:
-            return value
-        rows = [r for r in self.snapshot.resources if r.name == value]
-        mode_label = VMMode(self.chosen_mode).label
-        if any(r.permitted is False for r in rows):
-            raise forms.ValidationError(
-                _(
-                    "KubeVirt does not permit %(gpu)s (it is not in permittedHostDevices), so a VM cannot use it."
-                )
-                % {"gpu": value},
-                code="not_permitted",
-            )
-        if rows:
-            raise forms.ValidationError(
-                _("%(gpu)s is not a %(mode)s GPU. Choose another mode, or one of the listed GPUs.")
-                % {"gpu": value, "mode": mode_label},
-                code="other_mode",
-            )
-        raise forms.ValidationError(
-            _("%(gpu)s is not in the GPU inventory (or no longer offered). Choose one of the listed GPUs.")
-            % {"gpu": value[:120]},
-            code="unknown_gpu",
+    def _draft(self, cleaned: Mapping[str, Any]) -> RequestDraft:
+        """The draft of the cleaned values (fields that failed to parse hold placeholders and
+        are passed to ``validate`` as refused)."""
+        gpu = str(cleaned.get("gpu") or "")
+        reprofile = gpu.startswith(REPROFILE_PREFIX)
+        return RequestDraft(
+            team=cleaned.get("team"),
+            mode=cleaned.get("mode") or "",
+            image=cleaned.get("image"),
+            resource_name="" if reprofile else gpu,
+            vgpu_type=gpu.removeprefix(REPROFILE_PREFIX) if reprofile else "",
+            device_count=cleaned.get("device_count"),
+            cpu_cores=cleaned.get("cpu_cores"),
+            memory_gib=cleaned.get("memory_gib"),
+            lease_days=cleaned.get("lease_days"),
+            name=cleaned.get("name") or "",
+            ssh_public_key=cleaned.get("ssh_public_key") or "",
+            justification=cleaned.get("justification") or "",
+            ticket_id=cleaned.get("ticket_id") or "",
         )
 
-    def clean_ssh_public_key(self) -> str:
-        """The normalised key (``sshkeys.validate_ssh_public_key``). A pasted private key is not
-        sent back to the browser in the re-rendered form."""
-        try:
-            return validate_ssh_public_key(self.cleaned_data["ssh_public_key"])
-        except forms.ValidationError as exc:
-            if exc.code == "private":
-                data = dict(self.data.items())
-                data["ssh_public_key"] = ""
-                self.data = data
-            raise
-
-    def clean_name(self) -> str:
-        """Refuse names shaped like generated ones (``<user>-vm-<number>``)."""
-        name = self.cleaned_data["name"]
-        if name and GENERATED_NAME.search(name):
-            raise forms.ValidationError(
-                _("Names ending in -vm-<number> are reserved for generated names; choose another."),
-                code="reserved",
-            )
-        return name
-
-    def clean_ticket_id(self) -> str:
-        """A ticket ID may be used by one request only."""
-        ticket = self.cleaned_data["ticket_id"]
-        if ticket and VMRequest.objects.filter(ticket_source=self.ticket_source, ticket_id=ticket).exists():
-            raise forms.ValidationError(
-                _("Ticket %(ticket)s already has a VM request.") % {"ticket": ticket}, code="duplicate"
-            )
-        return ticket
-
     def clean(self) -> dict[str, Any]:
-        """Cross-field rules, then capacity and quota (``placement.check_request``)."""
+        """Run ``validation.validate`` on the parsed fields; map its errors onto the fields."""
         cleaned = super().clean() or {}
-        team: Team | None = cleaned.get("team")
-        image: VmImage | None = cleaned.get("image")
-        memory = cleaned.get("memory_gib")
-        if image is not None and memory is not None and memory < image.min_memory_gib:
-            self.add_error(
-                "memory_gib",
-                _("The image %(image)s needs at least %(min)s GiB of memory.")
-                % {"image": image.name, "min": image.min_memory_gib},
-            )
-        lease = cleaned.get("lease_days")
-        if team is not None and lease is not None and lease > team.max_lease_days:
-            self.add_error(
-                "lease_days",
-                _("Team %(team)s allows leases of at most %(max)s days.")
-                % {"team": team.name, "max": team.max_lease_days},
-            )
-        name = cleaned.get("name")
-        if team is not None and name:
-            taken = VMRequest.objects.filter(
-                vmi_namespace=team.namespace, vmi_name=name, status__in=sorted(LIVE_STATES)
-            ).exists()
-            if taken:
-                self.add_error(
-                    "name",
-                    _("A VM named %(name)s already exists (or is requested) in namespace %(ns)s.")
-                    % {"name": name, "ns": team.namespace},
-                )
-        self.option = self._option(cleaned.get("gpu") or "")
-        count = cleaned.get("device_count")
-        if self.option is not None and count is not None and count > self.option.per_vm_limit:
-            if self.option.vgpu_type and self.option.per_vm_limit == 1:
-                message = _("NVIDIA allows only one vGPU of type %(type)s per VM.") % {
-                    "type": self.option.vgpu_type
-                }
-            else:
-                message = _("At most %(n)s devices of this GPU per VM.") % {"n": self.option.per_vm_limit}
-            self.add_error("device_count", message)
-            count = None
-        if team is not None and self.option is not None and count is not None and "mode" in cleaned:
-            self.verdict = check_request(
-                team,
-                cleaned["mode"],
-                self.option.resource_name,
-                self.option.vgpu_type,
-                count,
-                snapshot=self.snapshot,
-            )
-            if not self.verdict.ok:
-                for problem in self.verdict.problems():
-                    self.add_error(None, problem)
-                self.alternatives = list(self.verdict.alternatives)
+        refused = {name for name in self.errors if name in self.fields}
+        if "gpu" in refused:
+            refused |= GPU_FIELDS
+        try:
+            self._spec = validate(self.user, self._draft(cleaned), refused=refused, snapshot=self.snapshot)
+        except RequestInvalid as exc:
+            self.alternatives = list(exc.alternatives)
+            for name, items in exc.errors.items():
+                target = "gpu" if name in GPU_FIELDS else name
+                for error in items:
+                    self.add_error(target, forms.ValidationError(error.message, code=error.code))
+                    if name == "ssh_public_key" and error.code == "private":
+                        self._forget_private_key()
         return cleaned
+
+    def _forget_private_key(self) -> None:
+        """A pasted private key is not sent back to the browser in the re-rendered form."""
+        data = dict(self.data.items())
+        data["ssh_public_key"] = ""
+        self.data = data
 
     # --- result -------------------------------------------------------------------------
 
     @property
     def ssh_key_description(self) -> str:
-        """``sshkeys.describe_ssh_key`` of the validated key ("" before validation or when
+        """``sshkeys.describe_ssh_key`` of the accepted key ("" before validation or when
         refused), shown under the field so the user sees which key was recognised."""
-        key = getattr(self, "cleaned_data", {}).get("ssh_public_key")
-        return describe_ssh_key(key) if key else ""
+        if not hasattr(self, "cleaned_data") or "ssh_public_key" in self.errors:
+            return ""
+        try:
+            return describe_ssh_key(self.cleaned_data.get("ssh_public_key") or "")
+        except forms.ValidationError:
+            return ""
 
     def spec(self) -> RequestSpec:
         """The validated request for ``approval.submit`` (call after ``is_valid()``).
@@ -390,23 +329,6 @@ class VMRequestForm(forms.Form):
         Raises:
             ValueError: the form is not valid.
         """
-        if not self.is_valid() or self.option is None:
+        if not self.is_valid() or self._spec is None:
             raise ValueError("spec() needs a valid form")
-        cd = self.cleaned_data
-        return RequestSpec(
-            team=cd["team"],
-            mode=cd["mode"],
-            resource_name=self.option.resource_name,
-            vgpu_type=self.option.vgpu_type,
-            gpu_model=self.option.model,
-            device_count=cd["device_count"],
-            cpu_cores=cd["cpu_cores"],
-            memory_gib=cd["memory_gib"],
-            image=cd["image"],
-            ssh_public_key=cd["ssh_public_key"],
-            lease_days=cd["lease_days"],
-            justification=cd["justification"],
-            name=cd["name"],
-            ticket_source=self.ticket_source,
-            ticket_id=cd["ticket_id"],
-        )
+        return self._spec

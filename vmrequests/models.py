@@ -38,6 +38,7 @@ from vmrequests.choices import (
     VMMode,
     VMRequestStatus,
 )
+from vmrequests.sshkeys import MAX_PUBLIC_KEY_LENGTH
 
 #: Sent after the transaction of a status change commits: ``sender=VMRequest``,
 #: ``request`` (the updated row), ``event`` (the ``VMRequestEvent``). Notifications and webhooks
@@ -55,6 +56,9 @@ dns1123_label_validator = RegexValidator(
 MAX_CPU_CORES = 64
 MAX_MEMORY_GIB = 1024
 MAX_DEVICES = 8
+#: Longest justification (characters): a few paragraphs, what approvers read in the queue and
+#: the new-request mail. The SSH key's cap is ``sshkeys.MAX_PUBLIC_KEY_LENGTH`` (8,192).
+MAX_JUSTIFICATION_LENGTH = 2000
 
 
 class TransitionError(Exception):
@@ -374,9 +378,9 @@ class VMRequest(models.Model):
         _("memory (GiB)"), validators=[MinValueValidator(1), MaxValueValidator(MAX_MEMORY_GIB)]
     )
     image = models.ForeignKey(VmImage, on_delete=models.PROTECT, related_name="+", verbose_name=_("image"))
-    ssh_public_key = models.TextField(_("SSH public key"))
+    ssh_public_key = models.CharField(_("SSH public key"), max_length=MAX_PUBLIC_KEY_LENGTH)
     lease_days = models.PositiveIntegerField(_("lease (days)"), validators=[MinValueValidator(1)])
-    justification = models.TextField(_("justification"))
+    justification = models.CharField(_("justification"), max_length=MAX_JUSTIFICATION_LENGTH)
     ticket_source = models.CharField(_("ticket source"), max_length=50, blank=True)
     ticket_id = models.CharField(_("ticket ID"), max_length=100, blank=True)
     status = models.CharField(

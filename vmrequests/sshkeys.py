@@ -10,6 +10,16 @@ by default) and RSA keys shorter than 2048 bits (NIST SP 800-131A; OpenSSH 8.8+ 
 Accepted: ``ssh-ed25519``, ``ecdsa-sha2-nistp256/384/521``, ``ssh-rsa`` ≥ 2048 bits, and the
 FIDO security-key types ``sk-ssh-ed25519@openssh.com`` / ``sk-ecdsa-sha2-nistp256@openssh.com``
 (``cryptography`` ≥ 45 loads them).
+
+Sizes: the whole line is at most ``MAX_PUBLIC_KEY_LENGTH`` (8,192) characters and its comment at
+most ``MAX_COMMENT_LENGTH`` (1,024). OpenSSH keys are far smaller: the key blob is the RFC 4253
+§6.6 encoding (``string`` type, then the key's ``mpint``/``string`` fields), so the largest key
+OpenSSH accepts, RSA with a 16,384-bit modulus (``SSH_RSA_MAXIMUM_MODULUS_SIZE`` in OpenSSH's
+``sshkey.h``), is a 2,071-byte blob, 2,764 base64 characters; Ed25519 is 68. RFC 4716 §3.3 bounds
+a key file's header values, the comment among them, to 1,024 bytes. Type + blob + comment of
+that size stay under 4 KiB; 8 KiB leaves room, and was OpenSSH's own limit on an
+``authorized_keys`` line (``SSH_MAX_PUBKEY_BYTES`` 8192, raised to 16384 later). The caps keep a pasted 2 MB "comment" out of
+the database, the mails and the VMI's cloud-init user data.
 """
 
 from __future__ import annotations
@@ -23,10 +33,15 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxLengthValidator
 from django.utils.translation import gettext as _
 
 #: Smallest RSA modulus accepted (bits).
 MIN_RSA_BITS = 2048
+#: Longest accepted key line, type + base64 blob + comment (characters; module docstring).
+MAX_PUBLIC_KEY_LENGTH = 8192
+#: Longest accepted key comment (characters, whitespace collapsed; RFC 4716 §3.3).
+MAX_COMMENT_LENGTH = 1024
 
 #: Accepted key types → the name ``ssh-keygen -l`` prints for them.
 ACCEPTED_TYPES = {
@@ -98,11 +113,33 @@ def parse_ssh_public_key(text: str) -> SshKeyInfo:
     Raises:
         ValidationError: with a translated message and a code: ``empty``, ``private``,
             ``multiple``, ``options``, ``rfc4716``, ``certificate``, ``unknown_type``,
-            ``invalid``, ``dsa``, ``rsa_too_short``.
+            ``invalid``, ``dsa``, ``rsa_too_short``, ``max_length`` (longer than
+            ``MAX_PUBLIC_KEY_LENGTH``), ``comment_too_long`` (comment longer than
+            ``MAX_COMMENT_LENGTH``).
     """
     text = (text or "").strip()
+    _refuse_what_is_not_one_key(text)
+    tokens = text.split()
+    _refuse_key_type(tokens)
+    key_type, blob = tokens[0], tokens[1]
+    bits = _load_bits(key_type, blob)
+    comment = " ".join(tokens[2:])
+    if len(comment) > MAX_COMMENT_LENGTH:
+        raise ValidationError(
+            _(
+                "The key's comment has %(n)s characters; at most %(max)s are allowed. Shorten it: it is only a label."
+            )
+            % {"n": len(comment), "max": MAX_COMMENT_LENGTH},
+            code="comment_too_long",
+        )
+    return SshKeyInfo(key_type=key_type, blob=blob, comment=comment, bits=bits)
+
+
+def _refuse_what_is_not_one_key(text: str) -> None:
+    """Codes ``empty``, ``max_length``, ``private``, ``rfc4716``, ``multiple`` (several lines)."""
     if not text:
         raise ValidationError(_("Paste your SSH public key."), code="empty")
+    MaxLengthValidator(MAX_PUBLIC_KEY_LENGTH)(text)
     if _is_private_key(text):
         raise ValidationError(
             _(
@@ -122,7 +159,11 @@ def parse_ssh_public_key(text: str) -> SshKeyInfo:
     lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) > 1:
         raise ValidationError(_("Paste exactly one public key, on one line."), code="multiple")
-    tokens = text.split()
+
+
+def _refuse_key_type(tokens: list[str]) -> None:
+    """Codes ``options``, ``certificate``, ``unknown_type``, ``dsa``, ``invalid`` (no body),
+    ``multiple`` (two keys on one line)."""
     key_type = tokens[0]
     if key_type not in KNOWN_TYPES:
         if any(t in KNOWN_TYPES for t in tokens[1:]):
@@ -150,7 +191,10 @@ def parse_ssh_public_key(text: str) -> SshKeyInfo:
         raise ValidationError(_("The key is incomplete: its base64 body is missing."), code="invalid")
     if any(t in KNOWN_TYPES for t in tokens[2:]):
         raise ValidationError(_("Paste exactly one public key, on one line."), code="multiple")
-    blob = tokens[1]
+
+
+def _load_bits(key_type: str, blob: str) -> int:
+    """The key's size in bits, loaded with ``cryptography``; codes ``invalid``, ``rsa_too_short``."""
     try:
         base64.b64decode(blob, validate=True)
         key = serialization.load_ssh_public_key(f"{key_type} {blob}".encode("ascii"))
@@ -167,7 +211,7 @@ def parse_ssh_public_key(text: str) -> SshKeyInfo:
             % {"bits": bits, "min": MIN_RSA_BITS},
             code="rsa_too_short",
         )
-    return SshKeyInfo(key_type=key_type, blob=blob, comment=" ".join(tokens[2:]), bits=bits)
+    return bits
 
 
 def validate_ssh_public_key(text: str) -> str:

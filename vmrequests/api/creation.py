@@ -9,10 +9,11 @@ Order of the checks (each may answer instead of creating):
 3. Ticket (``ticket_source`` + ``ticket_id``, unique in the database): a request exists → the
    same content gives it back (200), other content → 409 ``duplicate-ticket`` listing
    ``differing_fields``.
-4. The browser's validation (``VMRequestForm``: team membership, image, GPU, SSH key, bounds,
-   capacity and quota) → 400 with field errors and ``alternatives`` when it does not fit; when
-   it refuses because a concurrent duplicate committed meanwhile (ticket ID or VM name taken),
-   2-3 are re-run and answer instead.
+4. ``vmrequests.validation.validate`` on a ``RequestDraft`` of the body (the same rules as the
+   browser form: team membership, image, GPU, sizes, SSH key, lease, name, capacity and quota)
+   → 400 with its field errors and ``alternatives`` when it does not fit; when it refuses
+   because a concurrent duplicate committed meanwhile (ticket ID or VM name taken), 2-3 are
+   re-run and answer instead.
 5. ``approval.submit`` in one transaction with the key row. Two concurrent duplicates: the
    database's unique constraints let one commit; the other gets ``IntegrityError``, re-runs 2-3
    and answers like a sequential duplicate (one request, never two).
@@ -29,14 +30,10 @@ from django.utils.translation import gettext as _
 
 from portal.api.problems import ProblemError
 from vmrequests import approval
-from vmrequests.api.serializers import user_by_name
-from vmrequests.choices import VMMode
-from vmrequests.forms import VMRequestForm, user_teams
-from vmrequests.models import IdempotencyKey, Team, VmImage, VMRequest
-from vmrequests.placement import REPROFILE_PREFIX
+from vmrequests.models import IdempotencyKey, VMRequest
 from vmrequests.sshkeys import validate_ssh_public_key
-
-SUBMIT_FOR_OTHERS = "vmrequests.submit_for_others"
+from vmrequests.validation import SUBMIT_FOR_OTHERS as SUBMIT_FOR_OTHERS  # re-exported (portal/api/views.py)
+from vmrequests.validation import RequestDraft, RequestInvalid, resolve_requester, validate
 
 
 @dataclass(frozen=True)
@@ -54,20 +51,22 @@ def create_request(caller: Any, attrs: dict[str, Any], key: str = "") -> CreateO
     Raises:
         ProblemError: 400 / 403 / 409 as described above.
     """
-    requester = _requester(caller, attrs.get("requested_for", "").strip())
+    try:
+        requester = resolve_requester(caller, attrs.get("requested_for", ""))
+    except RequestInvalid as exc:
+        raise problem(exc) from exc
     found = _existing(caller, requester, attrs, key)
     if found is not None:
         return found
     try:
-        form = _validated_form(requester, attrs)
-    except ProblemError:
-        # A concurrent duplicate may have committed since the check above; the form then
+        spec = validate(caller, draft_of(attrs))
+    except RequestInvalid as exc:
+        # A concurrent duplicate may have committed since the check above; the validator then
         # refuses its ticket ID (or VM name). Answer as a sequential duplicate would.
         found = _existing(caller, requester, attrs, key)
         if found is not None:
             return found
-        raise
-    spec = form.spec()
+        raise problem(exc) from exc
     try:
         with transaction.atomic():
             req = approval.submit(spec, requester, submitted_by=caller)
@@ -81,26 +80,43 @@ def create_request(caller: Any, attrs: dict[str, Any], key: str = "") -> CreateO
     return CreateOutcome(req, True)
 
 
-def _requester(caller: Any, username: str) -> Any:
-    if not username or username == caller.get_username():
-        return caller
-    if not caller.has_perm(SUBMIT_FOR_OTHERS):
-        raise ProblemError(
-            403,
-            "not-allowed",
-            _("Filing a request for another user (requested_for) needs the %(perm)s permission.")
-            % {"perm": SUBMIT_FOR_OTHERS},
-        )
-    user = user_by_name(username)
-    if user is None:
-        message = _("There is no active user %(name)s.") % {"name": username}
-        raise ProblemError(
-            400,
-            "validation-error",
-            message,
-            errors=[{"field": "requested_for", "code": "unknown_user", "detail": message}],
-        )
-    return user
+def draft_of(attrs: dict[str, Any]) -> RequestDraft:
+    """The ``RequestDraft`` of a validated create body (left-out sizes and lease stay None:
+    ``validate`` fills in the image's and the team's defaults)."""
+    return RequestDraft(
+        team=attrs.get("team") or None,
+        mode=attrs["mode"],
+        image=attrs["image"],
+        resource_name=attrs.get("resource_name", ""),
+        vgpu_type=attrs.get("vgpu_type", ""),
+        device_count=attrs.get("device_count", 1),
+        cpu_cores=attrs.get("cpu_cores"),
+        memory_gib=attrs.get("memory_gib"),
+        lease_days=attrs.get("lease_days"),
+        name=attrs.get("name", ""),
+        ssh_public_key=attrs["ssh_public_key"],
+        justification=attrs["justification"],
+        ticket_source=attrs.get("ticket_source", ""),
+        ticket_id=attrs.get("ticket_id", ""),
+        requested_for=attrs.get("requested_for", ""),
+    )
+
+
+def problem(exc: RequestInvalid) -> ProblemError:
+    """``RequestInvalid`` as problem details: 403 ``not-allowed`` when filing for another user
+    is not allowed, else 400 ``validation-error`` with ``errors[{field, code, detail}]`` (field
+    null for the request as a whole) and ``alternatives`` (strings) when some would fit."""
+    errors = [
+        {"field": name, "code": e.code, "detail": e.message}
+        for name, items in exc.errors.items()
+        for e in items
+    ]
+    denied = next((e for e in errors if e["field"] == "requested_for" and e["code"] == "not_allowed"), None)
+    if denied is not None:
+        return ProblemError(403, "not-allowed", str(denied["detail"]))
+    detail = " ".join(f"{e['field']}: {e['detail']}" if e["field"] else str(e["detail"]) for e in errors[:5])
+    extra = {"alternatives": [a.describe() for a in exc.alternatives]} if exc.alternatives else {}
+    return ProblemError(400, "validation-error", detail, errors=errors, extra=extra)
 
 
 def _stored(attrs: dict[str, Any]) -> dict[str, Any]:
@@ -195,77 +211,3 @@ def differences(req: VMRequest, requester: Any, attrs: dict[str, Any]) -> list[s
         if key != req.ssh_public_key:
             out.append("ssh_public_key")
     return sorted(out)
-
-
-def _validated_form(requester: Any, attrs: dict[str, Any]) -> VMRequestForm:
-    """Run the browser's ``VMRequestForm`` on the API body; 400 problem details if it refuses."""
-    team = _team(requester, attrs.get("team", ""))
-    image = VmImage.objects.filter(name=attrs["image"], enabled=True).first()
-    data: dict[str, Any] = {
-        "team": team.pk if team else "0",
-        "mode": attrs["mode"],
-        "image": image.pk if image else "0",
-        "gpu": attrs.get("resource_name", ""),
-        "device_count": attrs.get("device_count", 1),
-        "cpu_cores": attrs.get("cpu_cores") or (image.default_cpu_cores if image else ""),
-        "memory_gib": attrs.get("memory_gib") or (image.default_memory_gib if image else ""),
-        "lease_days": attrs.get("lease_days") or (team.default_lease_days if team else ""),
-        "name": attrs.get("name", ""),
-        "ssh_public_key": attrs["ssh_public_key"],
-        "justification": attrs["justification"],
-        "ticket_id": attrs.get("ticket_id", "").strip(),
-    }
-    form = VMRequestForm(requester, data=data, ticket_source=attrs.get("ticket_source", "").strip())
-    vgpu_type = attrs.get("vgpu_type", "")
-    if vgpu_type and attrs["mode"] == VMMode.VGPU:
-        offered = sorted(
-            (o for o in form.options if o.vgpu_type == vgpu_type),
-            key=lambda o: (not o.resource_name, -o.free),
-        )
-        data["gpu"] = offered[0].value if offered else REPROFILE_PREFIX + vgpu_type
-    if form.is_valid():
-        return form
-    gpu_field = "vgpu_type" if vgpu_type else "resource_name"
-    errors = []
-    for name, items in form.errors.as_data().items():
-        if name in DERIVED_DEFAULTS and name not in attrs:
-            continue  # left out, and its default could not be derived: the team/image error says why
-        field = None if name == "__all__" else (gpu_field if name == "gpu" else name)
-        for error in items:
-            for message in error.messages:
-                if name == "gpu" and error.code in ("unknown_gpu", "other_mode"):
-                    message = f"{message} {_offered(form, attrs['mode'])}"
-                errors.append({"field": field, "code": error.code or "invalid", "detail": message})
-    detail = " ".join(f"{e['field']}: {e['detail']}" if e["field"] else str(e["detail"]) for e in errors[:5])
-    extra = {"alternatives": [a.describe() for a in form.alternatives]} if form.alternatives else {}
-    raise ProblemError(400, "validation-error", detail, errors=errors, extra=extra)
-
-
-#: Fields the API may leave out because they default from the team or the image.
-DERIVED_DEFAULTS = frozenset({"cpu_cores", "memory_gib", "lease_days"})
-
-
-def _offered(form: VMRequestForm, mode: str) -> str:
-    """``"Offered for vgpu: nvidia.com/GRID_T4-8Q, T4-16Q (after re-profiling)."``"""
-    names = [
-        o.resource_name or _("%(type)s (after re-profiling)") % {"type": o.vgpu_type} for o in form.options
-    ]
-    if not names:
-        return _("No GPU is offered for %(mode)s now.") % {"mode": mode}
-    return _("Offered for %(mode)s: %(names)s.") % {"mode": mode, "names": ", ".join(names)}
-
-
-def _team(requester: Any, slug: str) -> Team | None:
-    """The team by slug, or the requester's only team when none is given."""
-    if slug:
-        return Team.objects.filter(slug=slug).first()
-    teams = list(user_teams(requester)[:2])
-    if len(teams) == 1:
-        return teams[0]
-    message = _("Give the team (slug); %(user)s is in %(n)s teams.") % {
-        "user": requester.get_username(),
-        "n": user_teams(requester).count(),
-    }
-    raise ProblemError(
-        400, "validation-error", message, errors=[{"field": "team", "code": "required", "detail": message}]
-    )

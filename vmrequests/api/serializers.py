@@ -2,8 +2,9 @@
 
 Output: ``VMRequestSerializer`` (the request as the API and webhooks show it),
 ``VMRequestEventSerializer`` (one timeline entry), ``TeamSerializer``, ``VmImageSerializer``.
-Input: ``VMRequestCreateSerializer`` (shape and types only; the domain rules run in
-``vmrequests.forms.VMRequestForm``, the same as in the browser) and one small serializer per action.
+Input: ``VMRequestCreateSerializer`` (shape, types and the model's length caps only; the request
+rules run in ``vmrequests.validation.validate``, the same as for the browser form) and one small
+serializer per action.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.validators import MaxLengthValidator
 from django.db.models import Prefetch, QuerySet
-from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -28,6 +29,7 @@ from vmrequests.models import (
     VMRequest,
     VMRequestEvent,
 )
+from vmrequests.validation import MAX_NAME_LENGTH, model_cap
 
 
 def _username(user: Any) -> str | None:
@@ -158,6 +160,13 @@ class VMRequestEventSerializer(serializers.ModelSerializer[VMRequestEvent]):
         return obj.actor.get_username() if obj.actor is not None else obj.actor_label
 
 
+def _capped(length: int, **kwargs: Any) -> serializers.CharField:
+    """A text field of at most ``length`` characters, refused with Django's message and code
+    (``max_length``) so the API and the browser form word the refusal alike; drf-spectacular
+    reads the validator as the schema's ``maxLength``."""
+    return serializers.CharField(validators=[MaxLengthValidator(length)], **kwargs)
+
+
 class VMRequestCreateSerializer(StrictSerializer):
     """The body of ``POST /api/v1/vm-requests/``.
 
@@ -166,36 +175,28 @@ class VMRequestCreateSerializer(StrictSerializer):
     idle node). ``team`` may be left out when the requester is in exactly one team; ``cpu_cores``,
     ``memory_gib`` default to the image's, ``lease_days`` to the team's default.
     ``requested_for``: a username; needs the ``vmrequests.submit_for_others`` permission.
+    Only types and lengths are checked here; the rules are ``vmrequests.validation``'s.
     """
 
-    team = serializers.SlugField(required=False, help_text="team slug")
+    team = serializers.SlugField(
+        validators=[MaxLengthValidator(model_cap(Team, "slug"))], required=False, help_text="team slug"
+    )
     mode = serializers.ChoiceField(choices=VMMode.choices)
-    resource_name = serializers.CharField(required=False, allow_blank=True, max_length=253)
-    vgpu_type = serializers.CharField(required=False, allow_blank=True, max_length=40)
+    resource_name = _capped(model_cap(VMRequest, "resource_name"), required=False, allow_blank=True)
+    vgpu_type = _capped(model_cap(VMRequest, "vgpu_type"), required=False, allow_blank=True)
     device_count = serializers.IntegerField(min_value=1, max_value=MAX_DEVICES, default=1)
     cpu_cores = serializers.IntegerField(min_value=1, max_value=MAX_CPU_CORES, required=False)
     memory_gib = serializers.IntegerField(min_value=1, max_value=MAX_MEMORY_GIB, required=False)
-    image = serializers.CharField(max_length=100, help_text="image name (GET /api/v1/images/)")
-    name = serializers.CharField(required=False, allow_blank=True, max_length=63, help_text="VMI name")
-    ssh_public_key = serializers.CharField(max_length=16384)
+    image = _capped(model_cap(VmImage, "name"), help_text="image name (GET /api/v1/images/)")
+    name = _capped(MAX_NAME_LENGTH, required=False, allow_blank=True, help_text="VMI name")
+    ssh_public_key = _capped(model_cap(VMRequest, "ssh_public_key"), allow_blank=True)
     lease_days = serializers.IntegerField(min_value=1, max_value=3650, required=False)
-    justification = serializers.CharField(max_length=10000)
-    ticket_source = serializers.CharField(required=False, allow_blank=True, max_length=50)
-    ticket_id = serializers.CharField(required=False, allow_blank=True, max_length=100)
-    requested_for = serializers.CharField(required=False, allow_blank=True, max_length=150)
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        """Exactly one of ``resource_name`` / ``vgpu_type``; ``vgpu_type`` only for vGPU."""
-        resource, vtype = attrs.get("resource_name", ""), attrs.get("vgpu_type", "")
-        if bool(resource) == bool(vtype):
-            raise serializers.ValidationError(
-                {"resource_name": _("Give either resource_name or vgpu_type (exactly one).")}, code="gpu"
-            )
-        if vtype and attrs["mode"] != VMMode.VGPU:
-            raise serializers.ValidationError(
-                {"vgpu_type": _("vgpu_type is only for mode vgpu.")}, code="mode"
-            )
-        return attrs
+    justification = _capped(model_cap(VMRequest, "justification"), allow_blank=True)
+    ticket_source = _capped(model_cap(VMRequest, "ticket_source"), required=False, allow_blank=True)
+    ticket_id = _capped(model_cap(VMRequest, "ticket_id"), required=False, allow_blank=True)
+    requested_for = _capped(
+        model_cap(get_user_model(), "username"), required=False, allow_blank=True, help_text="username"
+    )
 
 
 class NoteSerializer(StrictSerializer):
@@ -275,11 +276,6 @@ class VmImageSerializer(serializers.ModelSerializer[VmImage]):
             "default_memory_gib",
         ]
         read_only_fields = fields
-
-
-def user_by_name(username: str) -> Any:
-    """The active user called ``username``, or None."""
-    return get_user_model().objects.filter(username=username, is_active=True).first()
 
 
 def with_caller_roles(teams: QuerySet[Team], user: Any) -> QuerySet[Team]:

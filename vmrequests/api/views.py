@@ -40,8 +40,8 @@ from vmrequests.api.serializers import (
     with_caller_roles,
 )
 from vmrequests.filtersets import VMRequestFilterSet
-from vmrequests.forms import user_teams
 from vmrequests.models import Team, TransitionError, VmImage, VMRequest, VMRequestEvent
+from vmrequests.validation import user_teams
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key",

@@ -1,6 +1,7 @@
 """The new-request form (``/requests/new/``) and its dependent part (``/requests/new/gpu-options/``).
 
-GET shows the form; POST validates it and submits through ``approval.submit``. The part of the
+GET shows the form; POST validates it (``VMRequestForm``, an adapter over
+``vmrequests.validation.validate``) and submits the spec through ``approval.submit``. The part of the
 form that depends on team, mode, image and GPU (GPU options with live free counts, count limit,
 CPU/memory defaults, lease bounds) is ``{% partialdef dependent %}`` of the page template: htmx
 posts the whole form to ``vmrequest_gpu_options`` on every change of those fields and swaps the

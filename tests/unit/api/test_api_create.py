@@ -12,8 +12,8 @@ from django.contrib.auth.models import Permission, User
 
 from tests.unit.api.conftest import SSH_KEY, api, create_body, post, problem, send
 from tests.vmrequest_factories import A100_PT, T4_8Q
+from vmrequests import validation
 from vmrequests.api import creation
-from vmrequests.forms import VMRequestForm
 from vmrequests.models import AutoApprovalRule, IdempotencyKey, VMRequest, VMRequestEvent
 
 pytestmark = pytest.mark.django_db
@@ -200,7 +200,7 @@ def _late_duplicate(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_duplicate_committed_after_the_check_is_answered_as_a_duplicate(
     world: Any, monkeypatch: pytest.MonkeyPatch, cores: int, status: int
 ) -> None:
-    """The form then refuses the ticket ID; the answer is still the duplicate's (200 or 409)."""
+    """The validator then refuses the ticket ID; the answer is still the duplicate's (200 or 409)."""
     client = api(world.ana)
     first = post(client, URL, create_body())
     _late_duplicate(monkeypatch)
@@ -213,14 +213,14 @@ def test_duplicate_committed_after_the_check_is_answered_as_a_duplicate(
     assert VMRequest.objects.filter(ticket_id="INC0001").count() == 1
 
 
-def test_duplicate_committed_after_the_form_is_caught_by_the_unique_constraint(
+def test_duplicate_committed_after_validation_is_caught_by_the_unique_constraint(
     world: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Both checks passed, the insert hits ``vmrequest_unique_ticket``: the answer is the duplicate's."""
     client = api(world.ana)
     first = post(client, URL, create_body())
     _late_duplicate(monkeypatch)
-    monkeypatch.setattr(VMRequestForm, "clean_ticket_id", lambda form: form.cleaned_data["ticket_id"])
+    monkeypatch.setattr(validation, "ticket_taken", lambda source, ticket: False)
     second = post(client, URL, create_body())
     assert second.status_code == 200
     assert second.json() == first.json()
