@@ -1,0 +1,55 @@
+"""#14 finding 5: deeply nested JSON on every POST endpoint of the API.
+
+Python's ``json`` decoder recurses once per ``[``/``{``: 10,000 of them raise ``RecursionError``,
+which DRF's parser (it catches ``ValueError`` only) let escape as a 500. Every POST operation of
+the committed schema (``docs/openapi.yaml``, so a new endpoint cannot be forgotten) must answer
+400 problem+json ``validation-error`` with the code ``parse_error``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from django.conf import settings
+from django.test import Client
+
+from tests.unit.api.conftest import api, problem
+
+SCHEMA = yaml.safe_load((Path(settings.BASE_DIR) / "docs" / "openapi.yaml").read_text())
+POST_PATHS = sorted(path for path, operations in SCHEMA["paths"].items() if "post" in operations)
+
+BODIES = {
+    "open brackets": "[" * 10_000,
+    "open objects": '{"a":' * 10_000,
+    "balanced brackets": "[" * 5_000 + "]" * 5_000,
+    "deep field value": '{"note": ' + "[" * 10_000 + "]" * 10_000 + "}",
+}
+
+
+def test_every_post_operation_is_listed() -> None:
+    """The schema has the seven POST operations this test was written against."""
+    assert POST_PATHS == [
+        "/api/v1/vm-requests/",
+        "/api/v1/vm-requests/{id}/approve/",
+        "/api/v1/vm-requests/{id}/cancel/",
+        "/api/v1/vm-requests/{id}/extend/",
+        "/api/v1/vm-requests/{id}/extension-decision/",
+        "/api/v1/vm-requests/{id}/reject/",
+        "/api/v1/vm-requests/{id}/release/",
+    ]
+
+
+@pytest.mark.parametrize("path", POST_PATHS)
+@pytest.mark.parametrize("kind", sorted(BODIES))
+def test_deep_nesting_is_a_400_problem(world: Any, path: str, kind: str) -> None:
+    client: Client = api(world.root)
+    url = path.replace("{id}", str(world.r_ana.pk))
+    response = client.post(url, BODIES[kind], content_type="application/json")
+    body = problem(response, 400, "validation-error")
+    assert body["errors"] == [
+        {"field": None, "code": "parse_error", "detail": "JSON parse error - the body is nested too deeply."}
+    ]
+    assert body["detail"] == "JSON parse error - the body is nested too deeply."
