@@ -311,8 +311,9 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["portal.api.auth.TokenRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"token": PORTAL_API_THROTTLE_RATE},
     "EXCEPTION_HANDLER": "portal.api.problems.exception_handler",
-    # JSON bodies only: a form or multipart body is a 415, never half-parsed into defaults.
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # JSON bodies only: a form or multipart body is a 415, never half-parsed into defaults;
+    # nesting deeper than 32 levels is a 400 (portal/api/parsers.py).
+    "DEFAULT_PARSER_CLASSES": ["portal.api.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_VERSIONING_CLASS": None,
 }

@@ -3,7 +3,8 @@
 Python's ``json`` decoder recurses once per ``[``/``{``: 10,000 of them raise ``RecursionError``,
 which DRF's parser (it catches ``ValueError`` only) let escape as a 500. Every POST operation of
 the committed schema (``docs/openapi.yaml``, so a new endpoint cannot be forgotten) must answer
-400 problem+json ``validation-error`` with the code ``parse_error``.
+400 problem+json ``validation-error`` with the code ``parse_error``; so must 5,000 balanced
+brackets (they parse, then reach recursive code) and anything past the 32-level limit.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from tests.unit.api.conftest import api, problem
 SCHEMA = yaml.safe_load((Path(settings.BASE_DIR) / "docs" / "openapi.yaml").read_text())
 POST_PATHS = sorted(path for path, operations in SCHEMA["paths"].items() if "post" in operations)
 
+MESSAGE = "JSON parse error - the body is nested more than 32 levels deep."
 BODIES = {
     "open brackets": "[" * 10_000,
     "open objects": '{"a":' * 10_000,
     "balanced brackets": "[" * 5_000 + "]" * 5_000,
     "deep field value": '{"note": ' + "[" * 10_000 + "]" * 10_000 + "}",
+    "33 levels": '{"note": ' + "[" * 32 + "]" * 32 + "}",
 }
 
 
@@ -49,7 +52,29 @@ def test_deep_nesting_is_a_400_problem(world: Any, path: str, kind: str) -> None
     url = path.replace("{id}", str(world.r_ana.pk))
     response = client.post(url, BODIES[kind], content_type="application/json")
     body = problem(response, 400, "validation-error")
-    assert body["errors"] == [
-        {"field": None, "code": "parse_error", "detail": "JSON parse error - the body is nested too deeply."}
-    ]
-    assert body["detail"] == "JSON parse error - the body is nested too deeply."
+    assert body["errors"] == [{"field": None, "code": "parse_error", "detail": MESSAGE}]
+    assert body["detail"] == MESSAGE
+
+
+@pytest.mark.django_db
+def test_32_levels_reach_validation() -> None:
+    """At the limit the body parses: the serializer then answers its own 400 (a reason is text)."""
+    from tests.vmrequest_factories import request_world
+
+    world = request_world()
+    response = api(world.apa).post(
+        f"/api/v1/vm-requests/{world.r_ana.pk}/reject/",
+        '{"reason": ' + "[" * 31 + "]" * 31 + "}",
+        content_type="application/json",
+    )
+    body = problem(response, 400, "validation-error")
+    assert body["errors"] == [{"field": "reason", "code": "invalid", "detail": "Not a valid string."}]
+
+
+def test_too_deep_counts_levels() -> None:
+    from portal.api.parsers import too_deep
+
+    assert too_deep({"a": [[1]]}, limit=3) is False
+    assert too_deep({"a": [[[1]]]}, limit=3) is True
+    assert too_deep([{}, [], "x" * 100], limit=2) is False
+    assert too_deep(7, limit=1) is False
