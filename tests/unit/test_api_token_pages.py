@@ -253,7 +253,7 @@ def test_admin_add_issues_the_token_and_shows_it_once() -> None:
     )
 
     assert response.status_code == 200
-    assert [t.name for t in response.templates][0] == "admin/portal/apitoken/issued.html"
+    assert response.templates[0].name == "admin/portal/apitoken/issued.html"
     assert "no-store" in response["Cache-Control"]
     page = response.content.decode()
     shown = re.search(r'<code id="new-token-value">([^<]+)</code>', page)
