@@ -186,6 +186,9 @@ if env.bool("PORTAL_BEHIND_TLS_PROXY", default=False):
 # Who may scrape /metrics (it is never open to the internet by default).
 PORTAL_METRICS_ALLOWED_NETWORKS = env.networks("PORTAL_METRICS_ALLOWED_CIDRS", ["127.0.0.1/32", "::1/128"])
 
+# /readyz waits at most this many seconds for its checks (portal/health.py).
+PORTAL_READYZ_BUDGET = env.int("PORTAL_READYZ_BUDGET", 5, minimum=1, maximum=60)
+
 # --- Kubernetes -------------------------------------------------------------------------
 PORTAL_KUBECONFIG = env.raw("PORTAL_KUBECONFIG")
 if PORTAL_KUBECONFIG and not Path(PORTAL_KUBECONFIG).is_file():
