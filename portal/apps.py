@@ -8,7 +8,8 @@ class PortalConfig(AppConfig):
     verbose_name = "Portal"
 
     def ready(self) -> None:
-        """Register the domain metrics (``portal.metrics``) with Prometheus."""
-        from portal import metrics
+        """Register the domain metrics (``portal.metrics``) with Prometheus and connect the
+        session policy's sign-in receiver (``portal.session_policy``)."""
+        from portal import metrics, session_policy  # noqa: F401 (session_policy: its @receiver)
 
         metrics.register()

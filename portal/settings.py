@@ -76,8 +76,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "portal.session_policy.SessionPolicyMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -126,6 +127,13 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+# Session policy (portal/session_policy.py): signed out after PORTAL_SESSION_IDLE_MINUTES
+# without a request and PORTAL_SESSION_MAX_HOURS after signing in, whatever the activity; in
+# production the cookie also ends with the browser. The store keeps a session no longer.
+PORTAL_SESSION_IDLE_MINUTES = env.int("PORTAL_SESSION_IDLE_MINUTES", 60, minimum=1, maximum=24 * 60)
+PORTAL_SESSION_MAX_HOURS = env.int("PORTAL_SESSION_MAX_HOURS", 12, minimum=1, maximum=24 * 30)
+SESSION_COOKIE_AGE = PORTAL_SESSION_MAX_HOURS * 3600
+SESSION_EXPIRE_AT_BROWSER_CLOSE = env.bool("PORTAL_SESSION_EXPIRE_AT_BROWSER_CLOSE", default=PRODUCTION)
 
 # --- i18n -------------------------------------------------------------------------------
 # Django spells it zh-hans in settings and zh-Hans elsewhere: accept either case.
@@ -320,7 +328,14 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_VERSIONING_CLASS": None,
 }
+# Longest validity a token may be given, however it is issued (page, admin, command).
+PORTAL_API_TOKEN_MAX_DAYS = env.int("PORTAL_API_TOKEN_MAX_DAYS", 365, minimum=1, maximum=3650)
 PORTAL_API_TOKEN_TTL_DAYS = env.int("PORTAL_API_TOKEN_TTL_DAYS", 90, minimum=1, maximum=3650)
+if PORTAL_API_TOKEN_TTL_DAYS > PORTAL_API_TOKEN_MAX_DAYS:
+    raise ImproperlyConfigured(
+        f"PORTAL_API_TOKEN_TTL_DAYS={PORTAL_API_TOKEN_TTL_DAYS} is above "
+        f"PORTAL_API_TOKEN_MAX_DAYS={PORTAL_API_TOKEN_MAX_DAYS}"
+    )
 KNOX_TOKEN_MODEL = "portal.ApiToken"  # noqa: S105 (a model label, not a secret)
 # knox's own migrations create knox.AuthToken's table, which the swapped-in model never uses; its
 # foreign key to auth_user breaks PostgreSQL's TRUNCATE in tests, and its migration 0001 would

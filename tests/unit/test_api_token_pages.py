@@ -122,7 +122,7 @@ def test_user_menu_links_to_the_token_page() -> None:
     [
         ({"scopes": []}, "scopes", "Choose at least one scope."),
         ({"days": "0"}, "days", "Ensure this value is greater than or equal to 1."),
-        ({"days": "3651"}, "days", "Ensure this value is less than or equal to 3650."),
+        ({"days": "366"}, "days", "Ensure this value is less than or equal to 365."),
         ({"days": "soon"}, "days", "Enter a whole number."),
         ({"name": "  "}, "name", "This field is required."),
         ({"name": "x" * 101}, "name", "Ensure this value has at most 100 characters (it has 101)."),

@@ -132,7 +132,7 @@ def test_idle_session_is_refused_by_the_api_too() -> None:
     client = _client(portal_user("analyst"))
     _age_session(client, signed_in=61 * 60, last_seen=61 * 60)
     response = client.get("/api/v1/me/")
-    assert response.status_code == 403
+    assert (response.status_code, response["WWW-Authenticate"]) == (401, "Token")
     assert response.json()["detail"] == "Authentication credentials were not provided."
 
 
