@@ -9,7 +9,9 @@ class PortalConfig(AppConfig):
 
     def ready(self) -> None:
         """Register the domain metrics (``portal.metrics``) with Prometheus and connect the
-        session policy's sign-in receiver (``portal.session_policy``)."""
-        from portal import metrics, session_policy  # noqa: F401 (session_policy: its @receiver)
+        receivers of the sign-in counters (``portal.auth_metrics``) and of the session policy
+        (``portal.session_policy``)."""
+        # auth_metrics and session_policy: imported for their @receiver functions.
+        from portal import auth_metrics, metrics, session_policy  # noqa: F401
 
         metrics.register()

@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "knox",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
     "portal",
     "gpuinventory",
     "vmrequests",
@@ -82,6 +83,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last but the metrics: turns a locked-out sign-in into the lockout page (portal/login_throttle.py).
+    "axes.middleware.AxesMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -124,6 +127,28 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling (django-axes; portal/login_throttle.py, docs/security.md): the
+# PORTAL_LOGIN_FAILURE_LIMIT-th failure of one username from one client address locks that
+# pair out for PORTAL_LOGIN_LOCKOUT_MINUTES, on /login/ and /admin/login/ alike.
+AUTHENTICATION_BACKENDS = [
+    "portal.login_throttle.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+PORTAL_LOGIN_FAILURE_LIMIT = env.int("PORTAL_LOGIN_FAILURE_LIMIT", 5, minimum=1, maximum=100)
+PORTAL_LOGIN_LOCKOUT_MINUTES = env.int("PORTAL_LOGIN_LOCKOUT_MINUTES", 15, minimum=1, maximum=24 * 60)
+# Reverse proxies in front that append to X-Forwarded-For (portal/client_ip.py): 0 = none.
+PORTAL_TRUSTED_PROXY_COUNT = env.int("PORTAL_TRUSTED_PROXY_COUNT", 0, minimum=0, maximum=5)
+AXES_FAILURE_LIMIT = PORTAL_LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(minutes=PORTAL_LOGIN_LOCKOUT_MINUTES)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_USERNAME_FORM_FIELD = "username"
+AXES_CLIENT_IP_CALLABLE = "portal.client_ip.client_ip"
+AXES_LOCKOUT_CALLABLE = "portal.login_throttle.lockout_response"
+AXES_HTTP_RESPONSE_CODE = 429
+# Successful sign-ins are not logged in the database (the access log would grow forever).
+AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
