@@ -63,10 +63,11 @@ def lockout_response(
     Args:
         request: the sign-in request refused; credentials: what was posted (axes passes it).
     """
+    field = str(getattr(settings, "AXES_USERNAME_FORM_FIELD", "username"))
     username = ""
     if isinstance(credentials, dict):
-        username = str(credentials.get(settings.AXES_USERNAME_FORM_FIELD, "") or "")
-    username = username or str(request.POST.get(settings.AXES_USERNAME_FORM_FIELD, ""))
+        username = str(credentials.get(field, "") or "")
+    username = username or str(request.POST.get(field, ""))
     context = {
         "username": username[:150],
         "retry_at": retry_at(),
