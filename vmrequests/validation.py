@@ -185,9 +185,10 @@ def resolve_requester(caller: Any, username: str) -> Any:
     return user
 
 
-def ticket_taken(source: str, ticket_id: str) -> bool:
-    """True when a request already has ticket ``ticket_id`` of ``source``."""
-    return VMRequest.objects.filter(ticket_source=source, ticket_id=ticket_id).exists()
+def ticket_taken(account: Any, source: str, ticket_id: str) -> bool:
+    """True when ``account`` already filed a request with ticket ``ticket_id`` of ``source``
+    (tickets are per filing account: ``VMRequestQuerySet.with_ticket``)."""
+    return VMRequest.objects.with_ticket(account, source, ticket_id).exists()
 
 
 def validate(
@@ -212,16 +213,23 @@ def validate(
     Raises:
         RequestInvalid: every rule broken, with the alternatives when it does not fit.
     """
-    return _Check(resolve_requester(user, draft.requested_for), draft, refused, snapshot).run()
+    return _Check(resolve_requester(user, draft.requested_for), draft, refused, snapshot, filer=user).run()
 
 
 class _Check:
     """One validation run: collects errors field by field, then builds the spec."""
 
     def __init__(
-        self, requester: Any, draft: RequestDraft, refused: Collection[str], snap: CapacitySnapshot | None
+        self,
+        requester: Any,
+        draft: RequestDraft,
+        refused: Collection[str],
+        snap: CapacitySnapshot | None,
+        *,
+        filer: Any = None,
     ) -> None:
         self.requester = requester
+        self.filer = filer if filer is not None else requester
         self.draft = draft
         self.skip: set[str] = set(refused)
         self._snapshot = snap
@@ -473,7 +481,7 @@ class _Check:
     def ticket(self) -> None:
         ticket, source = self.draft.ticket_id.strip(), self.draft.ticket_source.strip()
         checkable = ticket and self.given("ticket_id") and self.given("ticket_source")
-        if checkable and ticket_taken(source, ticket):
+        if checkable and ticket_taken(self.filer, source, ticket):
             message = _("Ticket %(ticket)s already has a VM request.") % {"ticket": ticket}
             self.fail("ticket_id", "duplicate", message)
 

@@ -57,7 +57,11 @@ def test_no_oracle_for_another_teams_ticket(world: Any) -> None:
 
 def test_the_filing_account_still_gets_409_for_other_content(world: Any, svc: User) -> None:
     first = _created(post(api(svc), URL, create_body(requested_for="ana", **TICKET)))
-    body = problem(post(api(svc), URL, create_body(requested_for="ana", device_count=1, **TICKET)), 409, "duplicate-ticket")
+    body = problem(
+        post(api(svc), URL, create_body(requested_for="ana", device_count=1, **TICKET)),
+        409,
+        "duplicate-ticket",
+    )
     assert (body["differing_fields"], body["existing_request"]) == (["device_count"], first.pk)
 
 
