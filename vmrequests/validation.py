@@ -213,23 +213,21 @@ def validate(
     Raises:
         RequestInvalid: every rule broken, with the alternatives when it does not fit.
     """
-    return _Check(resolve_requester(user, draft.requested_for), draft, refused, snapshot, filer=user).run()
+    return _Check((user, resolve_requester(user, draft.requested_for)), draft, refused, snapshot).run()
 
 
 class _Check:
-    """One validation run: collects errors field by field, then builds the spec."""
+    """One validation run: collects errors field by field, then builds the spec. ``who`` is
+    ``(filer, requester)``: the account filing (its tickets count) and the one it is for."""
 
     def __init__(
         self,
-        requester: Any,
+        who: tuple[Any, Any],
         draft: RequestDraft,
         refused: Collection[str],
         snap: CapacitySnapshot | None,
-        *,
-        filer: Any = None,
     ) -> None:
-        self.requester = requester
-        self.filer = filer if filer is not None else requester
+        self.filer, self.requester = who
         self.draft = draft
         self.skip: set[str] = set(refused)
         self._snapshot = snap

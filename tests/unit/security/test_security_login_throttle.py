@@ -181,8 +181,9 @@ def test_client_ip_rules() -> None:
     from portal.client_ip import client_ip
 
     def ip(remote: str, forwarded: str | None, count: int) -> str:
-        headers = {} if forwarded is None else {"HTTP_X_FORWARDED_FOR": forwarded}
-        request = RequestFactory().get("/", REMOTE_ADDR=remote, **headers)
+        request = RequestFactory().get("/", REMOTE_ADDR=remote)
+        if forwarded is not None:
+            request.META["HTTP_X_FORWARDED_FOR"] = forwarded
         with override_settings(PORTAL_TRUSTED_PROXY_COUNT=count):
             return client_ip(request)
 
