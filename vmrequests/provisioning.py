@@ -40,6 +40,7 @@ from gpuinventory.choices import ResourceKind
 from gpuinventory.models import GpuNode, Reservation
 from gpuinventory.naming import classify_resource, parse_vgpu_type
 from portal import k8s
+from portal.quantity import parse_count
 from vmrequests.choices import TERMINAL_STATES, DeletionReason, EventAction, VMMode, VMRequestStatus
 from vmrequests.models import TransitionError, VMRequest
 
@@ -263,7 +264,7 @@ def _type_resource(allocatable: dict[str, str] | Any, vgpu_type: str) -> tuple[s
         parsed = parse_vgpu_type(name.rsplit("_", 1)[-1])
         if parsed is not None and parsed.name == vgpu_type:
             try:
-                count = k8s.parse_int_quantity(value)
+                count = parse_count(value)
             except ValueError:
                 count = 0
             if count > 0:
