@@ -43,6 +43,7 @@ VGPU_CONFIG_STATE_LABEL = "nvidia.com/vgpu.config.state"
 _KEPT_LABEL_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/pci-10de")
 _KEPT_LABELS = frozenset({"kubernetes.io/hostname", "feature.node.kubernetes.io/iommu-enabled"})
 
+
 def _count(quantity: str) -> int | None:
     """A device count from a quantity string (``portal.quantity.parse_count``); None when it is
     not a whole, non-negative number (the caller flags ``unparsed_quantity``)."""
