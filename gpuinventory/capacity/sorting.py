@@ -57,7 +57,11 @@ def _free_of_node() -> Subquery:
 def annotate_node_capacity(queryset: QuerySet[GpuNode]) -> QuerySet[GpuNode]:
     """Add the sort keys ``devices_total``, ``devices_used`` (Σ over non-stale resources) and
     ``devices_free`` (requestable free, reservations subtracted) to a ``GpuNode`` queryset."""
-    promised = active_reservations().filter(node_id=OuterRef("pk"), reprofile_done=False).exclude(reprofile_config="")
+    promised = (
+        active_reservations()
+        .filter(node_id=OuterRef("pk"), reprofile_done=False)
+        .exclude(reprofile_config="")
+    )
     counted = GpuResource.objects.filter(node_id=OuterRef("pk"), stale=False).order_by().values("node_id")
     return queryset.annotate(
         devices_total=Coalesce(

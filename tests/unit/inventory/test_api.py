@@ -204,7 +204,9 @@ def test_summary_numbers(fleet: list[GpuNode]) -> None:
             "gpu_equivalents": {"total": 3, "used": 1.5, "reserved": 0, "free": 1.5, "unsized_devices": 0},
         }
     ]
-    assert [(g["label"], g["free"], g["total"]) for g in modes["vm-vgpu"]["by_vgpu_type"]] == [("T4-8Q", 3, 6)]
+    assert [(g["label"], g["free"], g["total"]) for g in modes["vm-vgpu"]["by_vgpu_type"]] == [
+        ("T4-8Q", 3, 6)
+    ]
     assert (modes["vm-vgpu"]["uniform"], modes["vm-passthrough"]["uniform"]) == (False, True)
     assert modes["container"]["gpu_equivalents"] == {
         "total": 8,
