@@ -24,6 +24,7 @@ from gpuinventory.api.serializers import (
     PermittedDeviceSerializer,
     VgpuConfigSerializer,
 )
+from gpuinventory.capacity import CapacitySnapshot
 from gpuinventory.filtersets import GpuNodeFilterSet, PermittedDeviceFilterSet, VgpuConfigFilterSet
 from gpuinventory.models import GpuConsumer, GpuNode, PermittedDevice, VgpuConfig
 from gpuinventory.summary import inventory_summary
@@ -82,6 +83,22 @@ class GpuNodeViewSet(viewsets.ReadOnlyModelViewSet[GpuNode]):
                 Prefetch("consumers", queryset=GpuConsumer.objects.order_by("resource_name", "pod_name"))
             )
         return queryset
+
+    def paginate_queryset(self, queryset: QuerySet[GpuNode]) -> list[GpuNode] | None:
+        """The page, and the ``CapacitySnapshot`` of its nodes for the serializer (one query)."""
+        page = super().paginate_queryset(queryset)
+        self._capacity = CapacitySnapshot.of_nodes(page if page is not None else queryset)
+        return page
+
+    def get_object(self) -> GpuNode:
+        """The node, and its ``CapacitySnapshot`` for the serializer."""
+        node = super().get_object()
+        self._capacity = CapacitySnapshot.of_nodes([node])
+        return node
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        """Adds ``capacity``: the snapshot the numbers come from."""
+        return {**super().get_serializer_context(), "capacity": getattr(self, "_capacity", None)}
 
     def get_serializer_class(self) -> type[BaseSerializer[GpuNode]]:
         """The list shows totals; the detail adds resources, consumers and flags."""
