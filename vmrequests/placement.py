@@ -177,6 +177,9 @@ class Placement:
         reprofile: the re-profile plan when no node has a free instance now.
         nodes_now: every usable node with enough free devices now (most free first).
         reason: why it does not fit, in the analyst's words ("" when it fits).
+        free_in_cluster: requestable free devices of the asked resource (or of every resource of
+            the asked vGPU type) across the cluster now: the snapshot's number, as the dashboard
+            and the form show it.
     """
 
     fits: bool
@@ -186,6 +189,7 @@ class Placement:
     reprofile: ReprofileCandidate | None = None
     nodes_now: tuple[NodeFree, ...] = ()
     reason: str = ""
+    free_in_cluster: int = 0
 
     def describe(self) -> str:
         """One line for the queue and the timeline."""
@@ -237,14 +241,17 @@ def find_placement(
     nodes: list[NodeFree] = []
     for name in names:
         nodes.extend(snap.nodes_offering(name, count))
+    in_cluster = sum(r.free for r in snap.rows if r.resource_name in names and r.counts_for_requests)
     if nodes:
         best = min(nodes, key=lambda n: (n.free, n.node))
         ordered = tuple(sorted(nodes, key=lambda n: (-n.free, n.node)))
-        return Placement(True, best.node, best.resource_name, best.free, None, ordered)
+        return Placement(
+            True, best.node, best.resource_name, best.free, None, ordered, free_in_cluster=in_cluster
+        )
     if mode == VMMode.VGPU and vgpu_type:
         for c in snap.reprofile_candidates(vgpu_type):
             if c.instances >= count:
-                return Placement(True, c.node, "", 0, c)
+                return Placement(True, c.node, "", 0, c, free_in_cluster=in_cluster)
     what = _gpu_words(resource_name, vgpu_type, snap)
     most = max((snap.max_free_on_one_node(n) for n in names), default=0)
     if most:
@@ -259,7 +266,7 @@ def find_placement(
         }
     else:
         reason = _("All %(what)s GPUs are in use or reserved right now.") % {"what": what}
-    return Placement(False, reason=reason)
+    return Placement(False, reason=reason, free_in_cluster=in_cluster)
 
 
 @dataclass(frozen=True)
