@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_serializer
@@ -13,7 +14,7 @@ from gpuinventory.diagnostics import describe_flags
 from gpuinventory.models import GpuConsumer, GpuNode, GpuResource, PermittedDevice, VgpuConfig
 
 
-def _row(obj: GpuResource, context: dict[str, Any]) -> Any:
+def _row(obj: GpuResource, context: Mapping[str, Any]) -> Any:
     """The ``CapacitySnapshot`` row of a resource (None when stale or not counted)."""
     snap = context.get("capacity")
     return snap.row(obj.node_id, obj.name) if snap is not None else None

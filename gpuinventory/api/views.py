@@ -84,17 +84,13 @@ class GpuNodeViewSet(viewsets.ReadOnlyModelViewSet[GpuNode]):
             )
         return queryset
 
-    def paginate_queryset(self, queryset: QuerySet[GpuNode]) -> list[GpuNode] | None:
-        """The page, and the ``CapacitySnapshot`` of its nodes for the serializer (one query)."""
-        page = super().paginate_queryset(queryset)
-        self._capacity = CapacitySnapshot.of_nodes(page if page is not None else queryset)
-        return page
-
-    def get_object(self) -> GpuNode:
-        """The node, and its ``CapacitySnapshot`` for the serializer."""
-        node = super().get_object()
-        self._capacity = CapacitySnapshot.of_nodes([node])
-        return node
+    def get_serializer(self, *args: Any, **kwargs: Any) -> BaseSerializer[GpuNode]:
+        """The serializer, after building the ``CapacitySnapshot`` of the nodes it shows (the page,
+        or the one node; one query) that its numbers come from."""
+        if args:
+            nodes = list(args[0]) if kwargs.get("many") else [args[0]]
+            self._capacity = CapacitySnapshot.of_nodes(nodes)
+        return super().get_serializer(*args, **kwargs)
 
     def get_serializer_context(self) -> dict[str, Any]:
         """Adds ``capacity``: the snapshot the numbers come from."""

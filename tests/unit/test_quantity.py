@@ -83,4 +83,9 @@ def test_parse_count_refuses(bad: str, message: str) -> None:
 
 
 def test_the_adapter_uses_the_same_parser() -> None:
-    assert k8s.parse_int_quantity is parse_count
+    spec = {
+        "containers": [
+            {"name": "c", "resources": {"requests": {"nvidia.com/gpu": "2000m", "nvidia.com/x": "0.5"}}}
+        ]
+    }
+    assert k8s.pod_gpu_requests(spec) == ({"nvidia.com/gpu": 2}, {"nvidia.com/x": "0.5"})

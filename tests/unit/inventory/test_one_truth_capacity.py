@@ -225,7 +225,7 @@ def test_node_list(state: SimpleNamespace) -> None:
     assert got == FREE_BY_NODE_RESOURCE
     assert "2 reserved" in rows["p1"]
     # Sorting by free uses the SQL sort key; it agrees with the snapshot on every node.
-    keys = dict(annotate_node_capacity(GpuNode.objects.all()).values_list("name", "devices_free"))
+    keys = {n.name: n.devices_free for n in annotate_node_capacity(GpuNode.objects.all())}  # type: ignore[attr-defined]
     assert keys == FREE_BY_NODE
 
 
