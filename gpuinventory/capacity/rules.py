@@ -7,6 +7,7 @@ Pure functions over one ``GpuResource`` and its ``GpuNode`` (no queries), plus t
 
 from __future__ import annotations
 
+import functools
 from decimal import Decimal
 from fractions import Fraction
 
@@ -71,21 +72,45 @@ def unusable_reason(resource: GpuResource, node: GpuNode) -> str:
     ``nvidia.com/vgpu.config.state=pending``), ``transitioning`` (deploy labels disagree with the
     mode), ``other_mode`` (e.g. a leftover ``nvidia.com/gpu`` on a VM node), ``not_permitted``
     (the KubeVirt CR does not permit it, DOMAIN.md §5.1). A stale resource returns ``""``: it
-    has no devices at all and is never counted.
+    has no devices at all and is never counted. (``reprofile_promised`` comes from reservations:
+    the snapshot decides it.)
     """
-    if not node.present:
+    return reason_for(
+        node.present,
+        node.ready,
+        node.unschedulable,
+        node.workload_mode,
+        node.vgpu_config_state,
+        node.transitioning,
+        resource.kind,
+        resource.permitted,
+    )
+
+
+def reason_for(
+    present: bool,
+    ready: bool | None,
+    unschedulable: bool,
+    mode: str,
+    vgpu_config_state: str,
+    transitioning: bool,
+    kind: str,
+    permitted: bool | None,
+) -> str:
+    """:func:`unusable_reason` over the plain field values (the snapshot reads rows as tuples)."""
+    if not present:
         return "node_absent"
-    if node.ready is False:
+    if ready is False:
         return "node_not_ready"
-    if node.unschedulable:
+    if unschedulable:
         return "node_cordoned"
-    if node.workload_mode == WorkloadMode.VM_VGPU and node.vgpu_config_state == "pending":
+    if mode == WorkloadMode.VM_VGPU and vgpu_config_state == "pending":
         return "vgpu_reconfiguring"
-    if node.transitioning:
+    if transitioning:
         return "transitioning"
-    if not kind_matches_mode(resource.kind, node.workload_mode):
+    if not kind_matches_mode(kind, mode):
         return "other_mode"
-    if resource.permitted is False:
+    if permitted is False:
         return "not_permitted"
     return ""
 
@@ -100,6 +125,7 @@ def requestable_free(resource: GpuResource, node: GpuNode) -> int:
     return resource.free if requestable(resource, node) else 0
 
 
+@functools.lru_cache(maxsize=1024)
 def gpu_equivalent(
     kind: str, vgpu_type: str, framebuffer_gb: Decimal | None, board_memory_mib: int | None
 ) -> Fraction | None:
@@ -113,7 +139,7 @@ def gpu_equivalent(
       1/8, the memory-slice fraction), None when the node's memory is unknown.
     - ``gpu_shared`` (time-slicing/MPS replicas): None, the replica count is not stored.
 
-    Results are capped at 1.
+    Results are capped at 1. Cached: the answer depends only on the arguments.
 
     Args:
         kind: ``ResourceKind`` value. vgpu_type: bare type (``"T4-8Q"``) or ``""``.

@@ -26,12 +26,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuinventory.capacity.reprofile import ReprofileCandidate, reprofile_offers
-from gpuinventory.capacity.reserved import REPROFILING, Reserved, reserved_devices, reserved_of
-from gpuinventory.capacity.rules import UNUSABLE_REASONS, gpu_equivalent, unusable_reason
+from gpuinventory.capacity.reserved import REPROFILING, Reserved, reserved_devices
+from gpuinventory.capacity.rules import UNUSABLE_REASONS, gpu_equivalent, reason_for
 from gpuinventory.models import GpuNode, GpuResource
 
 
@@ -67,8 +68,12 @@ class ResourceRow:
 
 @dataclass
 class Tally:
-    """Sums over resource rows. ``gpus_*`` are GPU-equivalents (exact fractions) of the devices
-    whose size is known; ``devices_unsized`` counts allocatable devices without one."""
+    """Sums over resource rows (devices), plus GPU-equivalents of the devices whose size is known
+    (``gpus_*``, exact fractions); ``devices_unsized`` counts allocatable devices without one.
+
+    Devices are summed per size (integers) and turned into GPUs only when asked, which keeps
+    adding thousands of rows cheap.
+    """
 
     allocatable: int = 0
     used: int = 0
@@ -79,11 +84,9 @@ class Tally:
     node_ids: set[int] = field(default_factory=set)
     nodes_with_free: set[int] = field(default_factory=set)
     max_free_on_one_node: int = 0
-    gpus_allocatable: Fraction = Fraction(0)
-    gpus_used: Fraction = Fraction(0)
-    gpus_reserved: Fraction = Fraction(0)
-    gpus_free: Fraction = Fraction(0)
     devices_unsized: int = 0
+    #: ``{size in GPUs: [allocatable, used (≤ allocatable per row), reserved, free]}``
+    by_size: dict[Fraction, list[int]] = field(default_factory=dict)
 
     def add(self, row: ResourceRow) -> None:
         """Count ``row`` in."""
@@ -94,17 +97,44 @@ class Tally:
         self.node_ids.add(row.node_id)
         if row.free:
             self.nodes_with_free.add(row.node_id)
-            self.max_free_on_one_node = max(self.max_free_on_one_node, row.free)
+            if row.free > self.max_free_on_one_node:
+                self.max_free_on_one_node = row.free
         if row.unusable:
             self.unusable += row.unusable
             self.unusable_reasons[row.reason] = self.unusable_reasons.get(row.reason, 0) + row.unusable
         if row.gpu_equivalent is None:
             self.devices_unsized += row.allocatable
             return
-        self.gpus_allocatable += row.allocatable * row.gpu_equivalent
-        self.gpus_used += min(row.used, row.allocatable) * row.gpu_equivalent
-        self.gpus_reserved += row.reserved * row.gpu_equivalent
-        self.gpus_free += row.free * row.gpu_equivalent
+        sums = self.by_size.get(row.gpu_equivalent)
+        if sums is None:
+            sums = self.by_size[row.gpu_equivalent] = [0, 0, 0, 0]
+        sums[0] += row.allocatable
+        sums[1] += min(row.used, row.allocatable)
+        sums[2] += row.reserved
+        sums[3] += row.free
+
+    def _gpus(self, index: int) -> Fraction:
+        return sum((size * sums[index] for size, sums in self.by_size.items()), Fraction(0))
+
+    @property
+    def gpus_allocatable(self) -> Fraction:
+        """GPU-equivalents of the allocatable devices."""
+        return self._gpus(0)
+
+    @property
+    def gpus_used(self) -> Fraction:
+        """GPU-equivalents in use (per row at most its allocatable)."""
+        return self._gpus(1)
+
+    @property
+    def gpus_reserved(self) -> Fraction:
+        """GPU-equivalents held by active reservations."""
+        return self._gpus(2)
+
+    @property
+    def gpus_free(self) -> Fraction:
+        """GPU-equivalents of the requestable free devices."""
+        return self._gpus(3)
 
     @property
     def ordered_reasons(self) -> dict[str, int]:
@@ -141,30 +171,100 @@ class NodeFree:
     reserved: int = 0
 
 
-def _row(r: GpuResource, node: GpuNode, reserved: Reserved) -> ResourceRow:
-    held = reserved_of(r, reserved)
-    left = max(0, r.allocatable - r.used - held)
-    reason = unusable_reason(r, node)
-    if not reason and (node.pk, REPROFILING) in reserved:
+class _Source(NamedTuple):
+    """The fields of one (resource, node) pair that the rules read, in ``_FIELDS`` order."""
+
+    node_id: int
+    node: str
+    present: bool
+    ready: bool | None
+    unschedulable: bool
+    mode: str
+    vgpu_config_state: str
+    transitioning: bool
+    node_model: str
+    gpu_memory_mib: int | None
+    name: str
+    kind: str
+    model: str
+    pci_device_id: str
+    vgpu_type: str
+    framebuffer_gb: Decimal | None
+    allocatable: int
+    used: int
+    permitted: bool | None
+
+
+#: ``GpuResource`` lookups of ``_Source`` (the rest, e.g. labels and flags JSON, is never loaded).
+_FIELDS = (
+    "node_id", "node__name", "node__present", "node__ready", "node__unschedulable", "node__workload_mode",
+    "node__vgpu_config_state", "node__transitioning", "node__gpu_model", "node__gpu_memory_mib",
+    "name", "kind", "model", "pci_device_id", "vgpu_type", "framebuffer_gb", "allocatable", "used",
+    "permitted",
+)  # fmt: skip
+
+
+def _source(r: GpuResource, node: GpuNode) -> _Source:
+    return _Source(
+        node.pk, node.name, node.present, node.ready, node.unschedulable, node.workload_mode,
+        node.vgpu_config_state, node.transitioning, node.gpu_model, node.gpu_memory_mib,
+        r.name, r.kind, r.model, r.pci_device_id, r.vgpu_type, r.framebuffer_gb, r.allocatable, r.used,
+        r.permitted,
+    )  # fmt: skip
+
+
+def _row(src: _Source, reserved: Reserved) -> ResourceRow:
+    held = reserved.get((src.node_id, src.name), 0)
+    if src.vgpu_type:
+        held += reserved.get((src.node_id, f"vgpu:{src.vgpu_type}"), 0)
+    left = max(0, src.allocatable - src.used - held)
+    reason = reason_for(
+        src.present,
+        src.ready,
+        src.unschedulable,
+        src.mode,
+        src.vgpu_config_state,
+        src.transitioning,
+        src.kind,
+        src.permitted,
+    )
+    if not reason and (src.node_id, REPROFILING) in reserved:
         reason = "reprofile_promised"
     return ResourceRow(
-        node_id=node.pk,
-        node=node.name,
-        mode=node.workload_mode,
-        node_model=node.gpu_model,
-        resource_name=r.name,
-        kind=r.kind,
-        model=r.model,
-        vgpu_type=r.vgpu_type,
-        pci_device_id=r.pci_device_id,
-        allocatable=r.allocatable,
-        used=r.used,
+        node_id=src.node_id,
+        node=src.node,
+        mode=src.mode,
+        node_model=src.node_model,
+        resource_name=src.name,
+        kind=src.kind,
+        model=src.model,
+        vgpu_type=src.vgpu_type,
+        pci_device_id=src.pci_device_id,
+        allocatable=src.allocatable,
+        used=src.used,
         reserved=held,
         free=0 if reason else left,
         unusable=left if reason else 0,
         reason=reason if left else "",
-        gpu_equivalent=gpu_equivalent(r.kind, r.vgpu_type, r.framebuffer_gb, node.gpu_memory_mib),
+        gpu_equivalent=gpu_equivalent(src.kind, src.vgpu_type, src.framebuffer_gb, src.gpu_memory_mib),
     )
+
+
+def _resource(src: _Source, nodes: dict[int, GpuNode]) -> GpuResource:
+    """A ``GpuResource`` (with its node) rebuilt from a source tuple, for callers of ``resources``."""
+    node = nodes.get(src.node_id)
+    if node is None:
+        node = nodes[src.node_id] = GpuNode(
+            pk=src.node_id, name=src.node, present=src.present, ready=src.ready,
+            unschedulable=src.unschedulable, workload_mode=src.mode, vgpu_config_state=src.vgpu_config_state,
+            transitioning=src.transitioning, gpu_model=src.node_model, gpu_memory_mib=src.gpu_memory_mib,
+        )  # fmt: skip
+    r = GpuResource(
+        node=node, name=src.name, kind=src.kind, model=src.model, pci_device_id=src.pci_device_id,
+        vgpu_type=src.vgpu_type, framebuffer_gb=src.framebuffer_gb, allocatable=src.allocatable,
+        used=src.used, stale=False, permitted=src.permitted,
+    )  # fmt: skip
+    return r
 
 
 class CapacitySnapshot:
@@ -177,29 +277,38 @@ class CapacitySnapshot:
 
     Attributes:
         rows: every counted row, by node name then resource name.
-        resources: the ``GpuResource`` objects behind the rows that ``counts_for_requests``
-            (node loaded), for callers that walk resources.
         reserved: active reservations per ``(node id, key)`` (``reserved_devices``).
     """
 
     def __init__(
-        self, _pairs: Sequence[tuple[GpuResource, GpuNode]] | None = None, _reserved: Reserved | None = None
-    ):
+        self,
+        _pairs: Sequence[tuple[GpuResource, GpuNode]] | None = None,
+        _reserved: Reserved | None = None,
+    ) -> None:
         if _pairs is None:
-            qs = GpuResource.objects.filter(node__present=True, stale=False).select_related("node")
-            _pairs = [(r, r.node) for r in qs.order_by("node__name", "name")]
+            qs = GpuResource.objects.filter(node__present=True, stale=False).order_by("node__name", "name")
+            sources = [_Source(*values) for values in qs.values_list(*_FIELDS)]
+            self._resources: list[GpuResource] | None = None
+        else:
+            sources = [_source(r, node) for r, node in _pairs]
+            self._resources = [r for r, _node in _pairs]
         self.reserved: Reserved = reserved_devices() if _reserved is None else _reserved
-        self.rows: list[ResourceRow] = []
-        self.resources: list[GpuResource] = []
-        self._by_key: dict[tuple[int, str], ResourceRow] = {}
-        for r, node in _pairs:
-            row = _row(r, node, self.reserved)
-            self.rows.append(row)
-            self._by_key[(node.pk, r.name)] = row
-            if row.counts_for_requests:
-                self.resources.append(r)
+        self._sources = sources
+        self.rows: list[ResourceRow] = [_row(src, self.reserved) for src in sources]
+        self._by_key: dict[tuple[int, str], ResourceRow] = {
+            (row.node_id, row.resource_name): row for row in self.rows
+        }
         self._aggregates: dict[str, dict[Any, Tally]] | None = None
         self._reprofile: dict[str, list[ReprofileCandidate]] | None = None
+
+    @property
+    def resources(self) -> list[GpuResource]:
+        """The ``GpuResource`` objects (node attached) of the rows that ``counts_for_requests``, for
+        callers that walk resources (built on first use from the loaded values)."""
+        if self._resources is None:
+            nodes: dict[int, GpuNode] = {}
+            self._resources = [_resource(src, nodes) for src in self._sources]
+        return [r for r, row in zip(self._resources, self.rows, strict=True) if row.counts_for_requests]
 
     @classmethod
     def of_nodes(cls, nodes: Iterable[GpuNode]) -> CapacitySnapshot:
