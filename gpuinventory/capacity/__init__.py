@@ -134,7 +134,7 @@ def free_by_resource(mode: WorkloadMode | str | None = None) -> list[ResourceFre
 
 
 def free_on_node(node_name: str) -> dict[str, int]:
-    """Requestable free devices per resource of the node's own mode on one node (two queries).
+    """Requestable free devices per resource of the node's own mode on one node (three queries).
 
     Returns:
         ``{resource name: free}`` (0 on a cordoned, not-ready, ... node); ``{}`` for an absent
