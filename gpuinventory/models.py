@@ -230,8 +230,9 @@ class SyncRun(models.Model):
 class Reservation(models.Model):
     """Devices promised to an approved request whose VMI's launcher pod is not bound yet.
 
-    Written by the approval service (``vmrequests/approval.py``) under row locks, deleted when
-    the request ends. The capacity service (``gpuinventory/capacity.py``) counts ``count``
+    Written only through ``gpuinventory/reservations.py`` (reserved by the approval service under
+    its lock, released when the request ends, re-profile marks by the worker). The capacity
+    service (``gpuinventory/capacity/``) counts ``count``
     devices of ``resource_name`` on ``node`` as used while the reservation is *active*: no
     ``GpuConsumer`` (a bound, non-terminal pod) yet carries ``vmi_name`` in ``vmi_namespace``.
     Once the launcher pod is bound, the sync records it as a consumer and the devices are counted

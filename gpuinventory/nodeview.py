@@ -34,6 +34,7 @@ from gpuinventory.naming import (
 from gpuinventory.permitted import permitted_state, resource_flags
 from gpuinventory.vgpuconfig import ConfigEntry, config_types, uniform_instances_for_family
 from portal.k8s import ClusterPolicyInfo, KubeVirtInfo, NodeInfo, PodInfo
+from portal.quantity import parse_count
 
 VGPU_CONFIG_LABEL = "nvidia.com/vgpu.config"
 VGPU_CONFIG_STATE_LABEL = "nvidia.com/vgpu.config.state"
@@ -42,15 +43,14 @@ VGPU_CONFIG_STATE_LABEL = "nvidia.com/vgpu.config.state"
 _KEPT_LABEL_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/pci-10de")
 _KEPT_LABELS = frozenset({"kubernetes.io/hostname", "feature.node.kubernetes.io/iommu-enabled"})
 
-_SI = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 
-
-def parse_count(quantity: str) -> int | None:
-    """A device count from a Kubernetes quantity string (``"8"``, ``"1k"``); None if not whole."""
-    m = re.fullmatch(r"\s*([0-9]+)([kMGT]|[KMG]i)?\s*", quantity)
-    if not m:
+def _count(quantity: str) -> int | None:
+    """A device count from a quantity string (``portal.quantity.parse_count``); None when it is
+    not a whole, non-negative number (the caller flags ``unparsed_quantity``)."""
+    try:
+        return parse_count(quantity)
+    except ValueError:
         return None
-    return int(m.group(1)) * _SI[m.group(2) or ""]
 
 
 def vgpu_reconfiguring(mode: WorkloadMode | str, labels: Mapping[str, str]) -> bool:
@@ -269,7 +269,7 @@ def derive_node(
     names = sorted(set(node.capacity) | set(node.allocatable) | set(used))
     for rname in names:
         if rname in KATA_RESOURCES:
-            count = parse_count(node.allocatable.get(rname, "0")) or 0
+            count = _count(node.allocatable.get(rname, "0")) or 0
             if count and not kata_mode:
                 flags.append(flag("kata_resource", resource=rname, count=count))
             continue
@@ -279,8 +279,8 @@ def derive_node(
         info = resolve_bare_id(info, kubevirt)
         alloc_raw = node.allocatable.get(rname)
         cap_raw = node.capacity.get(rname, alloc_raw)
-        allocatable = parse_count(alloc_raw) if alloc_raw is not None else 0
-        capacity = parse_count(cap_raw) if cap_raw is not None else allocatable
+        allocatable = _count(alloc_raw) if alloc_raw is not None else 0
+        capacity = _count(cap_raw) if cap_raw is not None else allocatable
         for raw, parsed in ((alloc_raw, allocatable), (cap_raw, capacity)):
             if raw is not None and parsed is None:
                 flags.append(flag("unparsed_quantity", resource=rname, value=raw))

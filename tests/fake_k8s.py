@@ -335,7 +335,7 @@ def live_request(
             count=req.device_count,
             reprofile_config=reprofile_config,
             reprofile_from=reprofile_from,
-            holder=req.holder,
+            holder=req.holder.key,
             vmi_namespace=req.vmi_namespace,
             vmi_name=req.vmi_name,
         )

@@ -18,7 +18,8 @@ from django.db import connection, transaction
 from django.utils.translation import gettext as _
 
 from gpuinventory.capacity import CapacitySnapshot
-from gpuinventory.models import GpuNode, Reservation
+from gpuinventory.models import GpuNode
+from gpuinventory.reservations import reserve
 from vmrequests.choices import DeletionReason, EventAction, VMRequestStatus
 from vmrequests.models import (
     AutoApprovalRule,
@@ -190,14 +191,14 @@ def _approve_locked(
         placement = verdict.placement
         node = GpuNode.objects.get(name=placement.node)
         plan = placement.reprofile
-        Reservation.objects.create(
-            node=node,
+        reserve(
+            current.holder,
+            node,
             resource_name=placement.resource_name,
             vgpu_type=current.vgpu_type,
             count=current.device_count,
             reprofile_config=plan.config if plan else "",
             reprofile_from=plan.current_config if plan else "",
-            holder=current.holder,
             vmi_namespace=current.vmi_namespace,
             vmi_name=current.vmi_name,
         )

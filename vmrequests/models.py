@@ -24,8 +24,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from gpuinventory.models import Reservation
 from gpuinventory.naming import parse_vgpu_type
+from gpuinventory.reservations import Holder, release
 from vmrequests.choices import (
     ACTION_VERB,
     LIVE_STATES,
@@ -447,9 +447,9 @@ class VMRequest(models.Model):
     # --- derived -------------------------------------------------------------------------
 
     @property
-    def holder(self) -> str:
-        """The ``Reservation.holder`` key of this request."""
-        return f"vmrequest:{self.pk}"
+    def holder(self) -> Holder:
+        """Who holds this request's reservation (``gpuinventory.reservations``)."""
+        return Holder("vmrequest", self.pk)
 
     @property
     def is_terminal(self) -> bool:
@@ -517,7 +517,7 @@ class VMRequest(models.Model):
             for name, value in fields.items():
                 setattr(self, name, value)
             if to_status in TERMINAL_STATES:
-                Reservation.objects.filter(holder=self.holder).delete()
+                release(self.holder)
             event = VMRequestEvent.objects.create(
                 request=self,
                 actor=actor,

@@ -39,7 +39,9 @@ from gpuinventory.capacity import CapacitySnapshot
 from gpuinventory.choices import ResourceKind
 from gpuinventory.models import GpuNode, Reservation
 from gpuinventory.naming import classify_resource, parse_vgpu_type
+from gpuinventory.reservations import mark_reprofile_done, mark_reprofile_started, reservation_of
 from portal import k8s
+from portal.quantity import parse_count
 from vmrequests.choices import TERMINAL_STATES, DeletionReason, EventAction, VMMode, VMRequestStatus
 from vmrequests.models import TransitionError, VMRequest
 
@@ -221,7 +223,7 @@ def provision(request_id: int) -> Outcome:
         return Outcome(req.pk, "skipped", req.status)
     if req.vmi_created_at is not None:
         return Outcome(req.pk, "skipped", "VMI already created")
-    reservation = Reservation.objects.select_related("node").filter(holder=req.holder).first()
+    reservation = reservation_of(req.holder)
     if reservation is None:
         return _fail(
             req, _("The devices reserved at approval are gone; an approver must approve the request again.")
@@ -263,7 +265,7 @@ def _type_resource(allocatable: dict[str, str] | Any, vgpu_type: str) -> tuple[s
         parsed = parse_vgpu_type(name.rsplit("_", 1)[-1])
         if parsed is not None and parsed.name == vgpu_type:
             try:
-                count = k8s.parse_int_quantity(value)
+                count = parse_count(value)
             except ValueError:
                 count = 0
             if count > 0:
@@ -321,7 +323,7 @@ def _reprofile(req: VMRequest, res: Reservation) -> Outcome | None:
                     # the patch. The config to put back is the one the approval planned from.
                     previous = res.reprofile_from
                 k8s.patch_node_labels(node_name, {VGPU_CONFIG_LABEL: res.reprofile_config})
-                Reservation.objects.filter(pk=res.pk).update(reprofile_from=previous, reprofile_started=now)
+                mark_reprofile_started(res, previous, now)
                 req.record(
                     EventAction.PROGRESS,
                     _(
@@ -338,7 +340,7 @@ def _reprofile(req: VMRequest, res: Reservation) -> Outcome | None:
     current = node.labels.get(VGPU_CONFIG_LABEL, "")
     resource, count = _type_resource(node.allocatable, req.vgpu_type)
     if state == "success" and current == res.reprofile_config and count >= req.device_count:
-        Reservation.objects.filter(pk=res.pk).update(resource_name=resource, reprofile_done=True)
+        mark_reprofile_done(res, resource)
         VMRequest.objects.filter(pk=req.pk).update(resource_name=resource)
         res.refresh_from_db()
         req.resource_name = resource

@@ -17,7 +17,7 @@ import pytest
 
 from gpuinventory.choices import ModeSource, ResourceKind, WorkloadMode
 from gpuinventory.models import GpuConsumer, GpuNode, GpuResource
-from gpuinventory.nodeview import DerivedConsumer, DerivedResource, derive_node, parse_count
+from gpuinventory.nodeview import DerivedConsumer, DerivedResource, derive_node
 from gpuinventory.vgpuconfig import ConfigEntry, parse_config_map_data
 from portal.k8s import NodeInfo
 from tests.factories import (
@@ -373,13 +373,6 @@ def test_model_fields_map_onto_the_models() -> None:
         exclude=["node"], validate_unique=False, validate_constraints=False
     )
     assert d.model_fields()["workload_mode"] == "vm-passthrough"
-
-
-@pytest.mark.parametrize(
-    ("text", "value"), [("8", 8), ("0", 0), ("1k", 1000), ("2Ki", 2048), ("1.5", None), ("x", None)]
-)
-def test_parse_count(text: str, value: int | None) -> None:
-    assert parse_count(text) == value
 
 
 def test_unhealthy_and_unparsed() -> None:

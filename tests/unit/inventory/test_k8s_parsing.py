@@ -16,22 +16,6 @@ from portal import k8s
 from tests.factories import load_sample, sample_objects
 
 
-def test_quantities() -> None:
-    assert [k8s.parse_int_quantity(q) for q in ("8", "0", "1k", "2e3", "2000m", "1Ki", "+3", 4)] == [
-        8,
-        0,
-        1000,
-        2000,
-        2,
-        1024,
-        3,
-        4,
-    ]
-    for bad in ("0.5", "1500m", "-1", "abc", "1.5e0", ""):
-        with pytest.raises(ValueError):
-            k8s.parse_int_quantity(bad)
-
-
 def test_b200_sample_nodes() -> None:
     labels_item, status_item = sample_objects("node-container-b200-network-operator-2471.yaml")
     n = k8s.parse_node(labels_item)

@@ -89,7 +89,7 @@ def test_requester_or_approver_releases_and_the_vmi_deletion_is_enqueued_on_comm
     req = fresh(req)
     assert (req.status, req.deletion_reason) == ("deleting", "released")
     assert events(req) == [("start_deletion", "running", "deleting", who, "done with it", {})]
-    assert Reservation.objects.filter(holder=req.holder).count() == 1  # freed once the VMI is gone
+    assert Reservation.objects.filter(holder=req.holder.key).count() == 1  # freed once the VMI is gone
 
 
 def test_release_without_a_note_records_the_reason(
@@ -359,7 +359,7 @@ def test_approver_retries_a_failed_request(
         req.decision_note,
     ) == ("approved", "", None, "", None, w.bob, clock.now, "node p1 repaired")
     assert list(
-        Reservation.objects.filter(holder=req.holder).values_list(
+        Reservation.objects.filter(holder=req.holder.key).values_list(
             "node__name", "resource_name", "count", "vmi_namespace", "vmi_name"
         )
     ) == [("p1", A100, 1, "team-quant", req.vmi_name)]
@@ -397,4 +397,4 @@ def test_retry_rechecks_capacity(
         approval.retry(req, w.bob)
     assert str(caught.value) == "All A100 PCIe 40GB GPUs are in use or reserved right now."
     assert (fresh(req).status, enqueued) == ("failed", [])
-    assert Reservation.objects.filter(holder=req.holder).exists() is False
+    assert Reservation.objects.filter(holder=req.holder.key).exists() is False

@@ -226,7 +226,7 @@ def test_legal_transition_writes_one_event_and_its_fields(
         resource_name=req.resource_name,
         vgpu_type="T4-8Q",
         count=1,
-        holder=req.holder,
+        holder=req.holder.key,
         vmi_namespace=req.vmi_namespace,
         vmi_name=req.vmi_name,
     )
@@ -236,7 +236,7 @@ def test_legal_transition_writes_one_event_and_its_fields(
         resource_name=req.resource_name,
         vgpu_type="T4-8Q",
         count=1,
-        holder=other.holder,
+        holder=other.holder.key,
         vmi_namespace=other.vmi_namespace,
         vmi_name=other.vmi_name,
     )
@@ -271,7 +271,7 @@ def test_legal_transition_writes_one_event_and_its_fields(
     assert req.status == to_status  # the in-memory object follows
     # Reaching a terminal state frees the request's reservation, and only its own.
     assert sorted(Reservation.objects.values_list("holder", flat=True)) == sorted(
-        [other.holder] if to_status in TERMINAL_STATES else [req.holder, other.holder]
+        [other.holder.key] if to_status in TERMINAL_STATES else [req.holder.key, other.holder.key]
     )
 
 

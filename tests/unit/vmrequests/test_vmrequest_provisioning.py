@@ -74,7 +74,7 @@ def fresh(req: VMRequest) -> VMRequest:
 
 
 def reservation(req: VMRequest) -> Reservation | None:
-    return Reservation.objects.filter(holder=req.holder).first()
+    return Reservation.objects.filter(holder=req.holder.key).first()
 
 
 # --- the manifest --------------------------------------------------------------------------------
