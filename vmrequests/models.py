@@ -293,7 +293,8 @@ class VmImage(models.Model):
 
 
 class VMRequestQuerySet(QuerySet["VMRequest"]):
-    """Query helpers; ``visible_to`` is the one visibility rule (CONVENTIONS)."""
+    """Query helpers; ``visible_to`` is the one visibility rule (CONVENTIONS). Who may do what
+    to a visible request is ``vmrequests.policy``."""
 
     def visible_to(self, user: Any) -> VMRequestQuerySet:
         """Requests ``user`` may see: superusers all; others their own, those they filed for
@@ -305,15 +306,6 @@ class VMRequestQuerySet(QuerySet["VMRequest"]):
             return self
         teams = Team.objects.filter(Q(members=user) | Q(approvers=user)).values("pk")
         return self.filter(Q(requester=user) | Q(submitted_by=user) | Q(team__in=teams))
-
-    def decidable_by(self, user: Any) -> VMRequestQuerySet:
-        """Requests ``user`` may approve or reject: holds the approve permission and is an
-        approver of the request's team (superusers: every team)."""
-        if not getattr(user, "is_authenticated", False) or not user.has_perm("vmrequests.approve_vmrequest"):
-            return self.none()
-        if user.is_superuser:
-            return self
-        return self.filter(team__approvers=user)
 
     def open(self) -> VMRequestQuerySet:
         """Requests holding (or about to hold) devices: approved, provisioning, running."""

@@ -84,12 +84,21 @@ class NotAllowed(Exception):
 
     def __init__(self, refusal: Refused) -> None:
         self.refusal = refusal
-        super().__init__(refusal.reason)
+        Exception.__init__(self, refusal.reason)
 
     @property
     def is_conflict(self) -> bool:
         """True when the request's state, not the user's rights, refuses the action."""
         return self.refusal.kind in ("status", "state")
+
+
+class StatusNotAllowed(NotAllowed, TransitionError):
+    """``NotAllowed`` because of the request's status: also a ``TransitionError`` (``request_id``,
+    ``action``, ``current``), so callers that handle a lost race handle this the same way."""
+
+    def __init__(self, refusal: Refused, request_id: int, action: str, current: str) -> None:
+        NotAllowed.__init__(self, refusal)
+        self.request_id, self.action, self.current = request_id, action, current
 
 
 @dataclass(frozen=True)
@@ -394,10 +403,13 @@ def check(user: Any, req: VMRequest, action: str) -> None:
     """Refuse ``action`` unless the policy allows it.
 
     Raises:
-        NotAllowed: with the reason of the ``Refused`` answer (``.refusal``).
+        NotAllowed: with the reason of the ``Refused`` answer (``.refusal``); for a refusal of
+            kind ``status`` the subclass ``StatusNotAllowed``, also a ``TransitionError``.
     """
     decision = decision_for(user, req, action)
     if isinstance(decision, Refused):
+        if decision.kind == "status":
+            raise StatusNotAllowed(decision, req.pk, ACTIONS[action].transition or action, req.status)
         raise NotAllowed(decision)
 
 
@@ -413,11 +425,11 @@ def notes(decisions: dict[str, Decision], only: Iterable[str] | None = None) -> 
     return seen
 
 
-def decidable_requests(user: Any) -> Q | None:
+def decidable_requests(user: Any, *, viewer: Viewer | None = None) -> Q | None:
     """A filter of the requests whose team ``user`` decides for (approver with the approve
     permission, or admin: every team); ``None`` when none (no permission, anonymous). The
     approval queue lists these; the buttons on each still come from ``allowed_actions``."""
-    viewer = Viewer(user)
+    viewer = _viewer(user, viewer)
     if not viewer.may_approve:
         return None
     if viewer.admin:

@@ -383,7 +383,8 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     the team's quota after approval, problems when it does not fit, the lease end if started
     now, and the buttons ``policy.allowed_actions`` allows (on their own request an approver
     sees the note "another approver must decide it" instead). Approvers only (others: 403)."""
-    scope = policy.decidable_requests(request.user)
+    viewer = policy.Viewer(request.user)
+    scope = policy.decidable_requests(request.user, viewer=viewer)
     if scope is None:
         return forbidden(request, _("Only approvers can see the approval queue."))
     pending = list(
@@ -395,7 +396,6 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     if pending:
         snapshot = CapacitySnapshot()
         book = QuotaBook(r.team_id for r in pending)
-        viewer = policy.Viewer(request.user)
         rows = [
             QueueRow(
                 r,
