@@ -17,7 +17,7 @@ from tests.factories import portal_user
 from tests.fake_k8s import A100, NOW, Clock, FakeCluster, live_request, provisioning_world
 from vmrequests import approval, provisioning, tasks
 from vmrequests.approval import ApprovalRefused, NotAllowed
-from vmrequests.models import TransitionError, VMRequest, VMRequestEvent
+from vmrequests.models import VMRequest, VMRequestEvent
 from vmrequests.provisioning import Outcome
 
 pytestmark = pytest.mark.django_db

@@ -656,7 +656,8 @@ def test_release_and_terminate_buttons_say_what_happens(world: Any) -> None:
     html = page(client_for(world.apa), req)
     assert "Release:" not in html
     assert (
-        '<button type="submit" class="danger forced">Terminate: force-stop and delete this VM</button>' in html
+        '<button type="submit" class="danger forced">Terminate: force-stop and delete this VM</button>'
+        in html
     )
     assert (
         '<p class="warning">Forced stop: the VM of ana is deleted now, before its lease ends. '
