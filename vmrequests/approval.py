@@ -143,11 +143,13 @@ def submit(spec: RequestSpec, requester: Any, *, submitted_by: Any = None) -> VM
             message=spec.justification,
             data=data,
         )
-    # The "submitted" signal is registered before auto-approval's, so receivers (webhooks) see
-    # submitted, then approved. Approvers are still not asked to decide a request a rule has
-    # just approved: notifications re-read the status when they send.
-    transaction.on_commit(lambda: request_transitioned.send(sender=VMRequest, request=req, event=event))
-    _try_auto_approval(req)
+        # The "submitted" signal is registered before auto-approval's, so receivers (webhooks)
+        # see submitted, then approved. Both run after ONE commit (auto-approval inside this
+        # transaction): the mail of a new request re-reads the status then, so approvers are never
+        # asked to decide a request a rule has already approved (outside a transaction, on_commit
+        # would run at once, before the rule).
+        transaction.on_commit(lambda: request_transitioned.send(sender=VMRequest, request=req, event=event))
+        _try_auto_approval(req)
     return req
 
 

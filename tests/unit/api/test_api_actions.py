@@ -279,7 +279,9 @@ def test_extend_beyond_the_team_maximum_in_total_is_400(world: Any) -> None:
     body = problem(
         post(api(world.ana), url(world.r_ana, "extend"), {"days": 24, "reason": "x"}), 400, "validation-error"
     )
-    detail = "Ask for 1 to 23 days: the team's maximum lease is 30 days in total and this lease already has 7."
+    detail = (
+        "Ask for 1 to 23 days: the team's maximum lease is 30 days in total and this lease already has 7."
+    )
     assert body["errors"] == [{"field": None, "code": "invalid", "detail": detail}]
 
 
@@ -294,7 +296,9 @@ def test_extend_of_a_lease_at_the_team_maximum_is_403(world: Any) -> None:
 def test_second_extension_while_one_is_pending_is_409(world: Any) -> None:
     running(world.r_ana, extension_days_requested=3, extension_reason="first")
     body = problem(
-        post(api(world.ana), url(world.r_ana, "extend"), {"days": 2, "reason": "x"}), 409, "invalid-transition"
+        post(api(world.ana), url(world.r_ana, "extend"), {"days": 2, "reason": "x"}),
+        409,
+        "invalid-transition",
     )
     assert body["current_status"] == "running"
     assert body["detail"] == "An extension is already waiting for an approver."
