@@ -152,6 +152,7 @@ def test_extensions_are_capped_in_total_not_each(w: Any) -> None:
     # to 67 days, and the page still said "Lease 7 days".
     req = running(w.r_ana)
     start_end = req.lease_end
+    assert start_end is not None
     with pytest.raises(ValueError, match=r"^Ask for 1 to 23 days: .* this lease already has 7\.$"):
         approval.request_extension(req, w.ana, 30, "a month more")
     approval.request_extension(req, w.ana, 20, "three weeks")
