@@ -231,9 +231,12 @@ def _extension_grantable(facts: Facts) -> Refused | None:
     days = req.extension_days_requested or 0
     if days > req.extension_days_left():
         return Refused(
-            _(
+            ngettext(
+                "Granting %(days)s more day would make the lease %(total)s days long, over the "
+                "team's maximum of %(max)s days in total (%(left)s days are left).",
                 "Granting %(days)s more days would make the lease %(total)s days long, over the "
-                "team's maximum of %(max)s days in total (%(left)s days are left)."
+                "team's maximum of %(max)s days in total (%(left)s days are left).",
+                days,
             )
             % {
                 "days": days,

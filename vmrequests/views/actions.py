@@ -61,8 +61,8 @@ def _refused(
 def vmrequest_approve(request: HttpRequest, pk: int) -> HttpResponse:
     """Approve with an optional ``note``: re-checks capacity and quota and reserves the devices.
 
-    404 when not visible, the policy's refusal as a message when the user may not; a request that no longer fits or
-    was already decided is reported as a message and nothing changes.
+    404 when not visible; the policy's refusal (not an approver, the requester themself), a
+    request that no longer fits or was already decided come back as a message and nothing changes.
     """
     return _approve_or_retry(
         request,
@@ -75,8 +75,8 @@ def vmrequest_approve(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 def vmrequest_reject(request: HttpRequest, pk: int) -> HttpResponse:
-    """Reject with a required ``reason``. 404 when not visible, the policy's refusal as a message when the user may not decide
-    it; a blank reason or an already decided request is reported and nothing changes."""
+    """Reject with a required ``reason``. 404 when not visible; the policy's refusal, a blank
+    reason or an already decided request come back as a message and nothing changes."""
     req = _visible_or_404(request, pk)
     reason = request.POST.get("reason", "").strip()
     try:
@@ -129,9 +129,9 @@ def vmrequest_release(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 def vmrequest_terminate(request: HttpRequest, pk: int) -> HttpResponse:
-    """End a provisioning or running VM (deciders) with a required ``reason``; the worker deletes
-    the VMI (enqueued on commit). 404 when not visible, the policy's refusal as a message when the user may not; a
-    blank reason or another status is reported and nothing changes."""
+    """An approver's forced stop of a provisioning or running VM, with a required ``reason``;
+    the worker deletes the VMI (enqueued on commit). 404 when not visible; the policy's refusal,
+    a blank reason or another status come back as a message and nothing changes."""
     req = _visible_or_404(request, pk)
     reason = request.POST.get("reason", "").strip()
     try:
@@ -158,10 +158,10 @@ def _days(value: str) -> int:
 
 @require_POST
 def vmrequest_extend(request: HttpRequest, pk: int) -> HttpResponse:
-    """The requester of a running VM asks for ``days`` (1 … the team's maximum lease) more, with
-    a ``reason``; an approver decides. 404 when not visible, the policy's refusal as a message for anyone but the requester; a
-    bad number of days or an extension already pending is an error, another status a warning;
-    nothing changes in either case."""
+    """The requester of a running VM asks for ``days`` more (1 … what the team's maximum lease
+    leaves in total), with a ``reason``; an approver decides. 404 when not visible; the policy's
+    refusal (not the requester, one already pending, the lease at the maximum) or a bad number of
+    days come back as a message and nothing changes."""
     req = _visible_or_404(request, pk)
     days = _days(request.POST.get("days", ""))
     reason = request.POST.get("reason", "").strip()
@@ -226,26 +226,27 @@ def _decide_extension(request: HttpRequest, pk: int, *, approve: bool) -> HttpRe
 
 @require_POST
 def vmrequest_extension_approve(request: HttpRequest, pk: int) -> HttpResponse:
-    """Grant the pending lease extension (deciders) with an optional ``note``: the lease end
-    moves by the requested days and the expiry warning re-arms. 404 when not visible, the policy's refusal as a message when
-    the user may not decide it; no extension pending is an error and nothing changes."""
+    """Grant the pending lease extension (approvers, not the requester) with an optional
+    ``note``: the lease end moves by the requested days and the expiry warning re-arms. 404 when
+    not visible; the policy's refusal (also: none pending, over the team's maximum) comes back as
+    a message and nothing changes."""
     return _decide_extension(request, pk, approve=True)
 
 
 @require_POST
 def vmrequest_extension_reject(request: HttpRequest, pk: int) -> HttpResponse:
-    """Refuse the pending lease extension (deciders) with an optional ``note``; the lease end
-    stays. 404 when not visible, the policy's refusal as a message when the user may not; no extension pending is an
-    error and nothing changes."""
+    """Refuse the pending lease extension (approvers, not the requester) with an optional
+    ``note``; the lease end stays. 404 when not visible; the policy's refusal (also: none
+    pending) comes back as a message and nothing changes."""
     return _decide_extension(request, pk, approve=False)
 
 
 @require_POST
 def vmrequest_retry(request: HttpRequest, pk: int) -> HttpResponse:
-    """Approve a failed request again (deciders) with an optional ``note``: re-checks capacity
-    and quota, reserves anew and enqueues provisioning on commit. 404 when not visible, the policy's refusal as a message when
-    the user may not decide it; a request that no longer fits is an error with the plain reason,
-    another status a warning; nothing changes in either case."""
+    """Approve a failed request again (approvers, not the requester) with an optional ``note``:
+    re-checks capacity and quota, reserves anew and enqueues provisioning on commit. 404 when not
+    visible; the policy's refusal or a request that no longer fits come back as a message and
+    nothing changes."""
     return _approve_or_retry(
         request,
         pk,
@@ -259,9 +260,9 @@ def _approve_or_retry(
     request: HttpRequest, pk: int, service: Callable[..., Placement], *, refused: str, done: str
 ) -> HttpResponse:
     """Run ``approval.approve`` or ``approval.retry`` (same checks, same outcomes) with the POSTed
-    ``note``: 404 when not visible, the policy's refusal as a message when the user may not; a request that no longer
-    fits is an error (``refused`` with the reasons), another status a warning; ``done`` with
-    where it will run on success."""
+    ``note``: 404 when not visible; the policy's refusal as a message (``_refused``); a request
+    that no longer fits is an error (``refused`` with the reasons), a lost race a warning;
+    ``done`` with where it will run on success."""
     req = _visible_or_404(request, pk)
     note = request.POST.get("note", "").strip()
     try:
