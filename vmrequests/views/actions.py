@@ -15,7 +15,6 @@ from collections.abc import Callable
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
-from django.utils import formats, timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
@@ -26,6 +25,7 @@ from vmrequests.approval import ApprovalRefused, NotAllowed
 from vmrequests.choices import VMRequestStatus
 from vmrequests.models import TransitionError, VMRequest
 from vmrequests.placement import Placement
+from vmrequests.views.lists import local_datetime
 
 # --- actions -----------------------------------------------------------------------------------
 
@@ -205,11 +205,7 @@ def _decide_extension(request: HttpRequest, pk: int, *, approve: bool) -> HttpRe
         messages.error(request, _("Request #%(id)s: %(why)s") % {"id": req.pk, "why": exc})
     else:
         if approve:
-            end = (
-                formats.date_format(timezone.localtime(req.lease_end), "DATETIME_FORMAT")
-                if req.lease_end
-                else ""
-            )
+            end = local_datetime(req.lease_end) if req.lease_end else ""
             messages.success(
                 request,
                 ngettext(

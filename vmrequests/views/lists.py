@@ -132,6 +132,14 @@ def placement_text(placement: dict[str, Any]) -> str:
     }
 
 
+def local_datetime(value: datetime) -> str:
+    """``value`` in the site's time zone and date format, with the zone: ``"Jan. 17, 2026,
+    9:30 a.m. UTC"`` (every time the pages show says its zone)."""
+    if timezone.is_aware(value):
+        value = timezone.localtime(value)
+    return f"{formats.date_format(value, 'DATETIME_FORMAT')} {formats.date_format(value, 'T')}"
+
+
 def _when(value: Any) -> str:
     """An ISO 8601 time stored in event data, in the site's local time and date format."""
     parsed = parse_datetime(value) if isinstance(value, str) else None
@@ -139,7 +147,7 @@ def _when(value: Any) -> str:
         return str(value or "")
     if timezone.is_aware(parsed):
         parsed = timezone.localtime(parsed)
-    return formats.date_format(parsed, "DATETIME_FORMAT")
+    return local_datetime(parsed)
 
 
 def worker_details(data: dict[str, Any]) -> list[str]:

@@ -173,7 +173,7 @@ def test_running_request_shows_decision_node_ip_lease_and_how_to_connect(world: 
     html = page(client_for(world.tim), req)
     outcome = facts(html, "outcome")
     assert outcome == {
-        "Decision": "apa, Jan. 10, 2026, 9:30 a.m. ok, go",
+        "Decision": "apa, Jan. 10, 2026, 9:30 a.m. UTC ok, go",
         "VMI": f"team-quant/ana-vm-{req.pk}",
         "Node": "p1",
         "IP address": "10.0.0.5",

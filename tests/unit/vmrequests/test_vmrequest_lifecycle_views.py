@@ -474,7 +474,7 @@ def test_approver_grants_the_extension(world: Any) -> None:
     new_end = LEASE_END + timedelta(days=3)
     assert (response.status_code, response["Location"]) == (302, f"/requests/{req.pk}/")
     assert messages_of(response) == [
-        ("success", f"Request #{req.pk}: lease extended by 3 days, to {local(new_end)}.")
+        ("success", f"Request #{req.pk}: lease extended by 3 days, to {local(new_end)} UTC.")
     ]
     req.refresh_from_db()
     assert (
@@ -828,7 +828,7 @@ def test_the_latest_step_is_shown_while_provisioning(world: Any) -> None:
     html = page(client_for(world.tim), req)
     when = formats.time_format(timezone.localtime(last.created), "TIME_FORMAT")
     assert (
-        f'<p class="progress-now" role="status">Latest step ({when}): '
+        f'<p class="progress-now" role="status">Latest step ({when} UTC): '
         "Created VirtualMachineInstance team-quant/vm-1.</p>"
     ) in html
 
@@ -842,7 +842,7 @@ def test_extension_events_in_the_timeline(world: Any) -> None:
         (
             "extension_approve",
             "lease extension approved by apa fine Extended by 3 days; the lease now ends "
-            f"{local(LEASE_END + timedelta(days=3))}.",
+            f"{local(LEASE_END + timedelta(days=3))} UTC.",
         ),
     ]
 
