@@ -408,3 +408,20 @@ def test_terminate_mail_carries_the_approvers_reason(
         "\n"
         f"Its GPU devices are released. Details: https://gpu.example.com/requests/{req.pk}/\n"
     )
+
+
+def test_terminate_mail_in_chinese(
+    world: dict[str, Any], on_commit: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    from vmrequests import tasks
+
+    settings.LANGUAGE_CODE = "zh-hans"
+    monkeypatch.setattr(tasks.delete_vmi, "delay", lambda pk: None)
+    req = provisioning(world)
+    req.mark_running("p1", "10.244.1.7")
+    with on_commit(execute=True):
+        approval.terminate(req, world["bob"], "预算用完")
+        VMRequest.objects.get(pk=req.pk).mark_deleted()
+    body = mail.outbox[-1].body
+    assert "由 Bob Jones 终止，其理由为：\n预算用完\n" in body
+    assert "Terminated" not in body
