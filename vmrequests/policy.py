@@ -28,6 +28,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.utils.functional import Promise
 from django.utils.translation import gettext as _
@@ -187,8 +188,7 @@ class Facts:
 def team_deciders(team_id: int, *, exclude_pk: int | None = None) -> list[Any]:
     """Active approvers of team ``team_id`` who hold the approve permission (directly, by group
     or as admin), sorted by username; ``exclude_pk`` left out."""
-    team = Team.objects.get(pk=team_id)
-    users = team.approvers.filter(is_active=True).order_by("username")
+    users = get_user_model().objects.filter(approver_of=team_id, is_active=True).order_by("username")
     if exclude_pk is not None:
         users = users.exclude(pk=exclude_pk)
     return [u for u in users if u.has_perm(APPROVE_PERMISSION)]

@@ -248,30 +248,40 @@ class VMRequestCreateSerializer(StrictSerializer):
         return attrs
 
 
+class TextField(serializers.CharField):
+    """A string field that refuses other JSON types (DRF's ``CharField`` turns ``77`` into
+    ``"77"``; the schema says string, so a number is a 400 with code ``invalid``)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
 class NoteSerializer(StrictSerializer):
     """Body of ``approve``, ``cancel``, ``release`` and ``retry``: an optional note for the timeline."""
 
-    note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    note = TextField(required=False, allow_blank=True, max_length=2000, default="")
 
 
 class RejectSerializer(StrictSerializer):
     """Body of ``reject`` and ``terminate``: the reason the requester will read (required)."""
 
-    reason = serializers.CharField(max_length=2000)
+    reason = TextField(max_length=2000)
 
 
 class ExtendSerializer(StrictSerializer):
     """Body of ``extend``: ``days`` more lease (1 to the team's maximum) and a ``reason``."""
 
     days = serializers.IntegerField(min_value=1, max_value=3650)
-    reason = serializers.CharField(max_length=2000)
+    reason = TextField(max_length=2000)
 
 
 class ExtensionDecisionSerializer(StrictSerializer):
     """Body of ``extension-decision``: grant (``approve: true``) or refuse the pending extension."""
 
     approve = serializers.BooleanField()
-    note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    note = TextField(required=False, allow_blank=True, max_length=2000, default="")
 
 
 class QuotaSerializer(serializers.ModelSerializer[GpuQuota]):

@@ -363,3 +363,53 @@ def test_extension_decision_without_a_pending_extension_is_409(world: Any) -> No
     )
     assert body["detail"] == "There is no lease extension waiting for a decision."
     assert VMRequest.objects.get(pk=world.r_ana.pk).lease_end == LEASE_END
+
+
+# --- terminate and retry (the pages' actions, now in the API too) ---------------------------------
+
+
+def test_terminate_needs_a_string_reason(world: Any) -> None:
+    running(world.r_ana)
+    body = problem(
+        post(api(world.apa), url(world.r_ana, "terminate"), {"reason": 77}), 400, "validation-error"
+    )
+    assert body["errors"] == [{"field": "reason", "code": "invalid", "detail": "Not a valid string."}]
+    body = problem(
+        post(api(world.apa), url(world.r_ana, "terminate"), {"reason": "  "}), 400, "validation-error"
+    )
+    assert status_of(world.r_ana) == "running"
+
+
+def test_terminate_records_the_reason_and_enqueues_the_deletion(
+    world: Any, enqueued: dict[str, list[int]], django_capture_on_commit_callbacks: Any
+) -> None:
+    running(world.r_ana)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post(api(world.apa), url(world.r_ana, "terminate"), {"reason": "Over budget."})
+    data = response.json()
+    assert (response.status_code, data["status"], data["deletion_reason"]) == (200, "deleting", "terminated")
+    assert data["allowed_actions"]["terminate"] == {
+        "allowed": False,
+        "kind": "status",
+        "reason": f"Request #{world.r_ana.pk} is deleting; it cannot be deleted.",
+    }
+    event = VMRequestEvent.objects.get(request=world.r_ana)
+    assert (event.action, event.actor, event.message) == ("start_deletion", world.apa, "Over budget.")
+    assert enqueued == {"provision": [], "delete_vmi": [world.r_ana.pk]}
+
+
+def test_the_requester_releases_and_may_not_terminate(world: Any) -> None:
+    running(world.r_ana)
+    body = problem(post(api(world.ana), url(world.r_ana, "terminate"), {"reason": "x"}), 403, "not-allowed")
+    assert body["detail"] == "You are not an approver of team Quant."
+
+
+def test_retry_of_a_failed_request_reserves_again(world: Any, enqueued: dict[str, list[int]]) -> None:
+    VMRequest.objects.filter(pk=world.r_ana.pk).update(status="failed", failure_reason="Pull failed.")
+    body = problem(post(api(world.ana), url(world.r_ana, "retry"), {}), 403, "not-allowed")
+    assert body["detail"] == "You are not an approver of team Quant."
+    response = post(api(world.apa), url(world.r_ana, "retry"), {"note": "Image fixed."})
+    assert (response.status_code, response.json()["status"]) == (200, "approved")
+    assert Reservation.objects.get().holder == f"vmrequest:{world.r_ana.pk}"
+    body = problem(post(api(world.apa), url(world.r_ana, "retry"), {}), 409, "invalid-transition")
+    assert body["current_status"] == "approved"
