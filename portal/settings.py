@@ -205,6 +205,11 @@ PORTAL_SCHEDULING_TIMEOUT = env.int("PORTAL_SCHEDULING_TIMEOUT", 900, minimum=10
 PORTAL_LEASE_WARNING_HOURS = env.int("PORTAL_LEASE_WARNING_HOURS", 24, minimum=0)
 PORTAL_REQUEUE_AFTER = env.int("PORTAL_REQUEUE_AFTER", 60, minimum=1)
 
+# --- who may do what (vmrequests/policy.py, docs/requests.md) -------------------------------
+# Off: nobody (admins included) approves, retries or decides the lease extension of their own
+# request; another approver must.
+PORTAL_ALLOW_SELF_APPROVAL = env.bool("PORTAL_ALLOW_SELF_APPROVAL", default=False)
+
 # --- outbound webhooks (vmrequests/webhooks/, docs/webhooks.md) ----------------------------
 PORTAL_WEBHOOK_TIMEOUT = env.int("PORTAL_WEBHOOK_TIMEOUT", 10, minimum=1, maximum=60)
 PORTAL_WEBHOOK_RETRY_BASE_SECONDS = env.int("PORTAL_WEBHOOK_RETRY_BASE_SECONDS", 30, minimum=1, maximum=3600)

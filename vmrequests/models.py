@@ -297,7 +297,8 @@ class VmImage(models.Model):
 
 
 class VMRequestQuerySet(QuerySet["VMRequest"]):
-    """Query helpers; ``visible_to`` is the one visibility rule (CONVENTIONS)."""
+    """Query helpers; ``visible_to`` is the one visibility rule (CONVENTIONS). Who may do what
+    to a visible request is ``vmrequests.policy``."""
 
     def visible_to(self, user: Any) -> VMRequestQuerySet:
         """Requests ``user`` may see: superusers all; others their own, those they filed for
@@ -309,15 +310,6 @@ class VMRequestQuerySet(QuerySet["VMRequest"]):
             return self
         teams = Team.objects.filter(Q(members=user) | Q(approvers=user)).values("pk")
         return self.filter(Q(requester=user) | Q(submitted_by=user) | Q(team__in=teams))
-
-    def decidable_by(self, user: Any) -> VMRequestQuerySet:
-        """Requests ``user`` may approve or reject: holds the approve permission and is an
-        approver of the request's team (superusers: every team)."""
-        if not getattr(user, "is_authenticated", False) or not user.has_perm("vmrequests.approve_vmrequest"):
-            return self.none()
-        if user.is_superuser:
-            return self
-        return self.filter(team__approvers=user)
 
     def open(self) -> VMRequestQuerySet:
         """Requests holding (or about to hold) devices: approved, provisioning, running."""
@@ -410,6 +402,11 @@ class VMRequest(models.Model):
         _("extension requested (days)"), null=True, blank=True
     )
     extension_reason = models.TextField(_("extension reason"), blank=True)
+    lease_extended_days = models.PositiveIntegerField(
+        _("lease extended by (days)"),
+        default=0,
+        help_text=_("Days added to the lease by granted extensions, in total."),
+    )
     vmi_created_at = models.DateTimeField(_("VMI created at"), null=True, blank=True)
     created = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
     updated = models.DateTimeField(_("updated"), auto_now=True)
@@ -479,6 +476,29 @@ class VMRequest(models.Model):
     def lease_end_if_started(self, start: Any = None) -> Any:
         """When the lease would end if the VM ran from ``start`` (default now)."""
         return (start or timezone.now()) + timedelta(days=self.lease_days)
+
+    # --- lease and extensions ----------------------------------------------------------------
+
+    @property
+    def lease_total_days(self) -> int:
+        """The lease's whole length in days from its start: the days asked for at submission
+        plus every granted extension (``lease_extended_days``)."""
+        return self.lease_days + self.lease_extended_days
+
+    def extension_days_left(self, max_lease_days: int | None = None) -> int:
+        """Days an extension may still add: the team's maximum lease (``max_lease_days``,
+        default ``team.max_lease_days``) minus ``lease_total_days``; never below 0. The maximum
+        caps the lease in total, not each extension (7 days + 23 more = 30 at most)."""
+        limit = self.team.max_lease_days if max_lease_days is None else max_lease_days
+        return max(0, limit - self.lease_total_days)
+
+    @property
+    def lease_end_if_extended(self) -> Any:
+        """Where the lease end moves if the pending extension is granted; None without one (or
+        before the lease started)."""
+        if self.lease_end is None or self.extension_days_requested is None:
+            return None
+        return self.lease_end + timedelta(days=self.extension_days_requested)
 
     # --- transitions -----------------------------------------------------------------------
 

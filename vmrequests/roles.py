@@ -3,7 +3,8 @@
 - ``analysts``: may request VMs (every signed-in user may, the group documents intent).
 - ``approvers``: hold ``vmrequests.approve_vmrequest`` and decide requests.
 - admins: Django superusers.
-Both groups and the permission are created by migration ``vmrequests.0001_roles``.
+Both groups and the permission are created by migration ``vmrequests.0001_roles``. What each
+role may do to a given request (and why not) is ``vmrequests.policy``, not decided here.
 """
 
 from __future__ import annotations

@@ -269,11 +269,28 @@ def test_approve_by_a_non_approver_is_not_allowed(world: dict[str, Any], who: st
 
 def test_an_approver_cannot_approve_their_own_request(world: dict[str, Any]) -> None:
     req = approval.submit(spec(world), world["bob"])
-    with pytest.raises(
-        NotAllowed, match=r"^You cannot approve your own request: another approver of the team must\.$"
-    ):
+    # bob is quant's only approver holding the permission (dave lacks it)
+    with pytest.raises(NotAllowed, match=r"^Needs another approver: you are the team's only approver\.$"):
+        approval.approve(req, world["bob"])
+    world["ellen"] = portal_user("approver", "ellen")
+    world["quant"].approvers.add(world["ellen"])
+    with pytest.raises(NotAllowed, match=r"^You filed this request: another approver must decide it\.$"):
         approval.approve(req, world["bob"])
     assert (VMRequest.objects.get(pk=req.pk).status, reservations()) == ("submitted", [])
+    approval.approve(req, world["ellen"])
+    assert VMRequest.objects.get(pk=req.pk).status == "approved"
+
+
+def test_an_admin_cannot_approve_their_own_request_unless_the_setting_allows(
+    world: dict[str, Any], settings: Any
+) -> None:
+    req = approval.submit(spec(world), world["root"])
+    with pytest.raises(NotAllowed, match=r"^You filed this request: another approver must decide it\.$"):
+        approval.approve(req, world["root"])
+    assert VMRequest.objects.get(pk=req.pk).status == "submitted"
+    settings.PORTAL_ALLOW_SELF_APPROVAL = True
+    approval.approve(req, world["root"])
+    assert VMRequest.objects.get(pk=req.pk).status == "approved"
 
 
 def test_superuser_may_approve(world: dict[str, Any]) -> None:

@@ -254,7 +254,9 @@ def count_queries(client: Client, path: str) -> int:
     return len(context.captured_queries)
 
 
-@pytest.mark.parametrize(("user", "budget"), [("apa", 14), ("root", 12)])
+# apa: one query more than a join would take, for the teams he approves for (policy.Viewer,
+# read once for the queue's filter and every row's buttons).
+@pytest.mark.parametrize(("user", "budget"), [("apa", 15), ("root", 12)])
 def test_query_budget_does_not_grow_with_pending_requests(
     world: Any, user: str, budget: int, django_assert_max_num_queries: Any
 ) -> None:
