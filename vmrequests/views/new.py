@@ -24,10 +24,10 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods
 
 from vmrequests import approval
-from vmrequests.models import VMRequest
-from vmrequests.notifications import decider_recipients
 from vmrequests.choices import VMRequestStatus
 from vmrequests.forms import VMRequestForm, initial_from
+from vmrequests.models import VMRequest
+from vmrequests.notifications import decider_recipients
 
 TEMPLATE = "vmrequests/vmrequest_add.html"
 
@@ -38,15 +38,21 @@ def _submitted_message(req: VMRequest) -> str:
     recipients = decider_recipients(req)
     values = {"id": req.pk, "team": req.team}
     if not recipients:
-        return _(
-            "Request #%(id)s submitted. Nobody can decide it yet: %(team)s has no other approver "
-            "and no admin has an e-mail address. Ask an admin to add an approver."
-        ) % values
+        return (
+            _(
+                "Request #%(id)s submitted. Nobody can decide it yet: %(team)s has no other approver "
+                "and no admin has an e-mail address. Ask an admin to add an approver."
+            )
+            % values
+        )
     if all(u.is_superuser and not req.team.approvers.filter(pk=u.pk).exists() for u in recipients):
-        return _(
-            "Request #%(id)s submitted. No approver of %(team)s can decide it, so the portal's "
-            "admins have been notified."
-        ) % values
+        return (
+            _(
+                "Request #%(id)s submitted. No approver of %(team)s can decide it, so the portal's "
+                "admins have been notified."
+            )
+            % values
+        )
     return _("Request #%(id)s submitted. The approvers of %(team)s have been notified.") % values
 
 
