@@ -154,12 +154,14 @@ def measure(root: Path = ROOT) -> Shape:
         if lines > MAX_MODULE_LINES:
             shape.modules_over.append((rel, lines))
         tree = ast.parse(text, filename=rel)
-        shape.functions_over.extend((n, ln) for n, ln in _function_lengths(tree, rel) if ln > MAX_FUNCTION_LINES)
+        shape.functions_over.extend(
+            (n, ln) for n, ln in _function_lengths(tree, rel) if ln > MAX_FUNCTION_LINES
+        )
         trees[module_name(path, root)] = (tree, path.name == "__init__.py")
     known = set(trees)
     graph: dict[str, set[str]] = {m: set() for m in known}
-    for mod, (tree, is_pkg) in trees.items():
-        for imported in _imports(tree, mod, is_pkg):
+    for mod, (module_tree, is_pkg) in trees.items():
+        for imported in _imports(module_tree, mod, is_pkg):
             target = _resolve(imported, known)
             if target is None or target == mod:
                 continue

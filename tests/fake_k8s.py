@@ -1,4 +1,4 @@
-"""An in-memory fake of the Kubernetes adapter's provisioning functions (``portal/k8s.py``).
+"""An in-memory fake of the Kubernetes adapter's provisioning functions (``portal/k8s/``).
 
 Unit tests of ``vmrequests/provisioning.py`` and ``vmrequests/tasks.py`` install it with
 ``FakeCluster.install(monkeypatch)``; it replaces ``get_node``, ``list_pods_on_node``,
