@@ -297,6 +297,18 @@ FLAG_TYPES: dict[str, FlagType] = {
         ),
         ("kubectl annotate node %(node)s %(annotation)s=<count> --overwrite",),
     ),
+    "deprecated_annotation": FlagType(
+        Severity.INFO,
+        _("Deprecated annotation"),
+        _(
+            "This node carries the annotation %(old)s, an older name the portal still reads. "
+            "Rename it to %(new)s; a later release stops reading the old name."
+        ),
+        (
+            "kubectl annotate node %(node)s %(new)s='%(value)s' --overwrite",
+            "kubectl annotate node %(node)s %(old)s-",
+        ),
+    ),
     # --- vGPU configuration (DOMAIN.md §3) --------------------------------------------------
     "vgpu_config_pending": FlagType(
         Severity.WARNING,

@@ -31,6 +31,7 @@ from decimal import Decimal
 from gpuinventory.choices import ResourceKind, WorkloadMode
 from gpuinventory.flags import Flag, flag
 from portal.k8s import KubeVirtInfo
+from portal.labels import GFD_COUNT, GFD_MEMORY, GFD_PRODUCT, GPU_COUNT, GPU_MODEL, read_annotation
 
 PREFIX = "nvidia.com/"
 NVIDIA_VENDOR = "10de"
@@ -38,17 +39,6 @@ NVIDIA_VENDOR = "10de"
 #: Resources of the Kata sandbox device plugin (NVIDIA/cloud-native-docs
 #: ``confidential-containers/configure-workloads.rst``; DOMAIN.md §2 "Kata mode").
 KATA_RESOURCES = frozenset({"nvidia.com/pgpu", "nvidia.com/nvswitch"})
-
-#: Portal-specific node annotations an admin sets when the rules cannot identify the GPU.
-#: Annotations, not ``nvidia.com/gpu.*`` labels: those belong to GFD, which is not deployed on VM
-#: nodes (DOMAIN.md §4), and hand-written GFD labels would be indistinguishable from stale ones.
-ANNOTATION_MODEL = "gpu-vm-portal/gpu-model"
-ANNOTATION_COUNT = "gpu-vm-portal/gpu-count"
-
-#: GFD labels (DOMAIN.md §4, [K8DP] ``docs/gpu-feature-discovery/README.md``).
-GFD_PRODUCT = "nvidia.com/gpu.product"
-GFD_COUNT = "nvidia.com/gpu.count"
-GFD_MEMORY = "nvidia.com/gpu.memory"
 
 
 class ModelSource:
@@ -59,7 +49,7 @@ class ModelSource:
     PCI_ID = "pci_id"  # bare hex resource name, model via PCI_MODELS or the KubeVirt CR
     VGPU_TYPE = "vgpu_type"  # advertised vGPU types
     VGPU_CONFIG = "vgpu_config"  # types of the node's vGPU Device Manager config
-    ANNOTATION = "annotation"  # ANNOTATION_MODEL set by an admin
+    ANNOTATION = "annotation"  # portal.labels.GPU_MODEL set by an admin
     UNKNOWN = ""
 
 
@@ -582,8 +572,9 @@ def identify_gpus(
       GPU the same set, else ⌈Σ frame buffer ÷ GPU memory⌉ for a family of known memory (a lower
       bound: a config need not fill a GPU). With nothing advertised, the model comes from the
       types of the node's config (``config_types``).
-    * otherwise the admin's annotations ``ANNOTATION_MODEL`` / ``ANNOTATION_COUNT``, and a flag
-      saying how to set them.
+    * otherwise the admin's annotations ``gpu-vm-portal.io/gpu-model`` / ``gpu-count``
+      (``portal.labels.GPU_MODEL`` / ``GPU_COUNT``), and a flag saying how to set them; the
+      deprecated ``gpu-vm-portal/`` keys are still read, with a ``deprecated_annotation`` flag.
 
     Args:
         mode: the node's decided workload mode.
@@ -625,18 +616,26 @@ def identify_gpus(
                 model = _join_models([model_for_vgpu_family(p.gpu) or p.gpu for p in parsed])
                 source = ModelSource.VGPU_CONFIG if model else ModelSource.UNKNOWN
     if not model or model.startswith("unknown model"):
-        annotated = annotations.get(ANNOTATION_MODEL, "").strip()
+        annotated = _admin_annotation(annotations, GPU_MODEL, flags)
         if annotated:
             model, source = annotated, ModelSource.ANNOTATION
         else:
-            flags.append(flag("gpu_model_unknown", annotation=ANNOTATION_MODEL))
+            flags.append(flag("gpu_model_unknown", annotation=GPU_MODEL))
     if count is None:
-        count = _int_or_none(annotations.get(ANNOTATION_COUNT))
+        count = _int_or_none(_admin_annotation(annotations, GPU_COUNT, flags) or None)
         if count is None:
-            flags.append(flag("gpu_count_unknown", annotation=ANNOTATION_COUNT))
+            flags.append(flag("gpu_count_unknown", annotation=GPU_COUNT))
     if memory is None and model:
         memory = memory_mib_for_model(model)
     return GpuIdentity(model=model, count=count, memory_mib=memory, source=source, flags=tuple(flags))
+
+
+def _admin_annotation(annotations: Mapping[str, str], key: str, flags: list[Flag]) -> str:
+    """The admin's annotation ``key`` (or the deprecated key it replaced, then flagged), ``""`` if unset."""
+    value, found = read_annotation(annotations, key)
+    if value and found != key:
+        flags.append(flag("deprecated_annotation", old=found, new=key, value=value))
+    return value
 
 
 def _vgpu_count(

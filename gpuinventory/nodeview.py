@@ -34,13 +34,13 @@ from gpuinventory.naming import (
 from gpuinventory.permitted import permitted_state, resource_flags
 from gpuinventory.vgpuconfig import ConfigEntry, config_types, uniform_instances_for_family
 from portal.k8s import ClusterPolicyInfo, KubeVirtInfo, NodeInfo, PodInfo
-
-VGPU_CONFIG_LABEL = "nvidia.com/vgpu.config"
-VGPU_CONFIG_STATE_LABEL = "nvidia.com/vgpu.config.state"
+from portal.labels import HOSTNAME, KUBEVIRT_APP, KUBEVIRT_VM_NAME, NFD_IOMMU_ENABLED, VIRT_LAUNCHER
+from portal.labels import VGPU_CONFIG as VGPU_CONFIG_LABEL
+from portal.labels import VGPU_CONFIG_STATE as VGPU_CONFIG_STATE_LABEL
 
 #: Labels kept on ``GpuNode.labels`` (the GPU-related ones; DOMAIN.md §1, §3, §4).
 _KEPT_LABEL_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/pci-10de")
-_KEPT_LABELS = frozenset({"kubernetes.io/hostname", "feature.node.kubernetes.io/iommu-enabled"})
+_KEPT_LABELS = frozenset({HOSTNAME, NFD_IOMMU_ENABLED})
 
 _SI = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 
@@ -207,9 +207,9 @@ def vmi_name_for(pod: PodInfo) -> str:
     (its name unless ``spec.hostname`` is set; the label is deprecated). Without that label the
     name is taken from the pod name ``virt-launcher-<vmi>-<5 chars>`` (KubeVirt's generateName).
     """
-    if pod.labels.get("kubevirt.io") != "virt-launcher":
+    if pod.labels.get(KUBEVIRT_APP) != VIRT_LAUNCHER:
         return ""
-    name = pod.labels.get("vm.kubevirt.io/name", "")
+    name = pod.labels.get(KUBEVIRT_VM_NAME, "")
     if name:
         return name
     m = re.fullmatch(r"virt-launcher-(.+)-[a-z0-9]{5}", pod.name)

@@ -40,20 +40,20 @@ from gpuinventory.choices import ResourceKind
 from gpuinventory.models import GpuNode, Reservation
 from gpuinventory.naming import classify_resource, parse_vgpu_type
 from portal import k8s
+from portal.labels import HOSTNAME as HOSTNAME_LABEL
+from portal.labels import MANAGED_BY as MANAGED_BY_LABEL
+from portal.labels import MANAGED_BY_VALUE as MANAGED_BY
+from portal.labels import REQUEST_ID as REQUEST_LABEL
+from portal.labels import REQUESTER as REQUESTER_ANNOTATION
+from portal.labels import TEAM as TEAM_LABEL
+from portal.labels import TICKET as TICKET_ANNOTATION
+from portal.labels import VGPU_CONFIG as VGPU_CONFIG_LABEL
+from portal.labels import VGPU_CONFIG_STATE as VGPU_CONFIG_STATE_LABEL
 from vmrequests.choices import TERMINAL_STATES, DeletionReason, EventAction, VMMode, VMRequestStatus
 from vmrequests.models import TransitionError, VMRequest
 
 log = logging.getLogger(__name__)
 
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "gpu-vm-portal"
-REQUEST_LABEL = "gpu-vm-portal.io/request-id"
-TEAM_LABEL = "gpu-vm-portal.io/team"
-REQUESTER_ANNOTATION = "gpu-vm-portal.io/requester"
-TICKET_ANNOTATION = "gpu-vm-portal.io/ticket"
-VGPU_CONFIG_LABEL = "nvidia.com/vgpu.config"
-VGPU_CONFIG_STATE_LABEL = "nvidia.com/vgpu.config.state"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 #: Countdown (s) between checks while the vGPU Device Manager works.
 REPROFILE_POLL_SECONDS = 2.0

@@ -23,6 +23,7 @@ from portal.k8s.types import (
     VmiCondition,
     VmiInfo,
 )
+from portal.labels import KUBEVIRT_NODE_NAME
 
 GPU_RESOURCE_PREFIX = "nvidia.com/"
 
@@ -175,7 +176,7 @@ def parse_vmi(obj: Mapping[str, Any]) -> VmiInfo:
     status = as_dict(obj.get("status"))
     labels = str_map(meta.get("labels"))
     devices = as_dict(as_dict(as_dict(obj.get("spec")).get("domain")).get("devices"))
-    node_name = status.get("nodeName") or labels.get("kubevirt.io/nodeName") or None
+    node_name = status.get("nodeName") or labels.get(KUBEVIRT_NODE_NAME) or None
     conditions = tuple(
         VmiCondition(
             type=str(as_dict(c).get("type", "")),

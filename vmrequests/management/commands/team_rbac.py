@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from portal.labels import TEAMS as TEAMS_ANNOTATION
 from vmrequests.models import Team
 
 #: Name of the Role and RoleBinding in every team namespace.
@@ -46,8 +47,6 @@ LABELS = {
     "app.kubernetes.io/part-of": "gpu-vm-portal",
     "app.kubernetes.io/component": "team-rbac",
 }
-#: Annotation listing the slugs of the teams a namespace's objects are for.
-TEAMS_ANNOTATION = "gpu-vm-portal.io/teams"
 
 
 def team_rbac_objects(
