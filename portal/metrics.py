@@ -40,8 +40,8 @@ class PortalCollector(Collector):
         from gpuinventory.models import SyncRun
         from vmrequests.choices import VMRequestStatus
         from vmrequests.models import VMRequest
-        from vmrequests.webhooks.choices import DeliveryStatus
-        from vmrequests.webhooks.models import WebhookDelivery
+        from webhooks.choices import DeliveryStatus
+        from webhooks.models import WebhookDelivery
 
         try:
             last_sync = dict(

@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "portal",
     "gpuinventory",
     "vmrequests",
+    "webhooks",
 ]
 
 MIDDLEWARE = [
@@ -205,7 +206,7 @@ PORTAL_SCHEDULING_TIMEOUT = env.int("PORTAL_SCHEDULING_TIMEOUT", 900, minimum=10
 PORTAL_LEASE_WARNING_HOURS = env.int("PORTAL_LEASE_WARNING_HOURS", 24, minimum=0)
 PORTAL_REQUEUE_AFTER = env.int("PORTAL_REQUEUE_AFTER", 60, minimum=1)
 
-# --- outbound webhooks (vmrequests/webhooks/, docs/webhooks.md) ----------------------------
+# --- outbound webhooks (webhooks/, docs/webhooks.md) ----------------------------
 PORTAL_WEBHOOK_TIMEOUT = env.int("PORTAL_WEBHOOK_TIMEOUT", 10, minimum=1, maximum=60)
 PORTAL_WEBHOOK_RETRY_BASE_SECONDS = env.int("PORTAL_WEBHOOK_RETRY_BASE_SECONDS", 30, minimum=1, maximum=3600)
 PORTAL_WEBHOOK_MAX_ATTEMPTS = env.int("PORTAL_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=20)

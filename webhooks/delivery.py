@@ -1,8 +1,8 @@
-"""Sending webhook deliveries: one HTTP try at a time, the retry policy, the sweep, redelivery.
+"""Sending webhook deliveries: one HTTP try at a time, the retry policy, what the sweep finds due.
 
 Policy (docs/webhooks.md "Retries"), settings in portal/settings.py:
 
-- POST the event's JSON body with the signed headers (``vmrequests/webhooks/signing.py``), a timeout of
+- POST the event's JSON body with the signed headers (``webhooks/signing.py``), a timeout of
   ``PORTAL_WEBHOOK_TIMEOUT`` seconds (connect and each read), redirects not followed.
 - 2xx: succeeded. 429, 5xx, timeouts and connection errors: retried after
   ``PORTAL_WEBHOOK_RETRY_BASE_SECONDS`` × 2^(tries − 1) seconds, at most an hour, minus up to 20 %
@@ -18,6 +18,9 @@ Concurrency: before sending, ``deliver`` *claims* the delivery with a compare-an
 succeeded or failed delivery is never sent again. Delivery is at-least-once: a worker killed
 after the POST but before recording it leaves the claim to expire and the sweep sends the event
 again (same ``X-Portal-Webhook-Id``, so receivers de-duplicate on it).
+
+Messages are sent by ``webhooks/tasks.py`` (``enqueue``, the tasks); new deliveries are made by
+``webhooks/events.py`` (``publish``, ``redeliver``). This module imports neither.
 """
 
 from __future__ import annotations
@@ -38,11 +41,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from vmrequests.webhooks import signing
-from vmrequests.webhooks.choices import OPEN_DELIVERY_STATES, DeliveryStatus
-from vmrequests.webhooks.models import WebhookAttempt, WebhookDelivery
+from webhooks import signing
+from webhooks.choices import OPEN_DELIVERY_STATES, DeliveryStatus
+from webhooks.models import WebhookAttempt, WebhookDelivery
 
-log = logging.getLogger("vmrequests.webhooks")
+log = logging.getLogger("webhooks")
 
 #: Longest delay between two tries, and the cap on a receiver's Retry-After (seconds).
 MAX_BACKOFF_SECONDS = 3600
@@ -298,26 +301,6 @@ def deliver(delivery_id: int, *, now: datetime | None = None) -> Outcome:
     return Outcome(delivery_id, "sent", status, number, code, retry_in)
 
 
-def enqueue(delivery_id: int, countdown: int | None = None) -> bool:
-    """Send a ``vmrequests.webhook_deliver`` message (after ``countdown`` seconds). Never raises: a broker
-    that is down is logged, and the sweep sends the delivery later.
-
-    Returns:
-        True when the message was handed to the broker.
-    """
-    from vmrequests import tasks
-
-    try:
-        if countdown is None:
-            tasks.webhook_deliver.apply_async((delivery_id,), retry=False)
-        else:
-            tasks.webhook_deliver.apply_async((delivery_id,), countdown=countdown, retry=False)
-    except Exception:
-        log.warning("could not enqueue webhook delivery %s; the sweep will", delivery_id, exc_info=True)
-        return False
-    return True
-
-
 def due_deliveries(now: datetime | None = None, limit: int = SWEEP_BATCH) -> list[int]:
     """IDs of pending or retrying deliveries overdue by ``SWEEP_GRACE_SECONDS`` or more, oldest
     first, at most ``limit``."""
@@ -327,24 +310,3 @@ def due_deliveries(now: datetime | None = None, limit: int = SWEEP_BATCH) -> lis
         .order_by("next_attempt_at", "pk")
         .values_list("pk", flat=True)[:limit]
     )
-
-
-def sweep(now: datetime | None = None) -> int:
-    """Enqueue every overdue delivery (``due_deliveries``): messages lost while the broker was
-    down, retries whose message vanished, tries whose worker died. Returns how many were enqueued."""
-    return sum(enqueue(pk) for pk in due_deliveries(now))
-
-
-def redeliver(delivery: WebhookDelivery) -> WebhookDelivery:
-    """Create a new pending delivery of the same event to the same endpoint (same event ID and
-    body, freshly signed) and enqueue it when the transaction commits.
-
-    Returns:
-        The new delivery (``redelivery_of`` = ``delivery``).
-    """
-    new = WebhookDelivery.objects.create(
-        endpoint_id=delivery.endpoint_id, event_id=delivery.event_id, redelivery_of=delivery
-    )
-    pk = new.pk
-    transaction.on_commit(lambda: enqueue(pk))
-    return new
