@@ -12,12 +12,11 @@ from drf_spectacular.views import SpectacularAPIView
 
 from portal import health, views, views_tokens
 from portal.api import openapi, problems
-from portal.api.views import MeView
 
-#: The versioned REST API (namespace ``api``); each app mounts its router here (CONVENTIONS "REST API").
+#: The versioned REST API (namespace ``api``); each app mounts its router here (CONVENTIONS "REST API");
+#: ``/api/v1/me/`` is the requests app's.
 api_v1_patterns: list[URLPattern | URLResolver] = [
     path("inventory/", include("gpuinventory.api.urls")),
-    path("me/", MeView.as_view(), name="me"),
     path("", include("vmrequests.api.urls")),
 ]
 

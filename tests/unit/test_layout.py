@@ -51,3 +51,33 @@ def test_no_import_cycles() -> None:
     """``scripts/code_shape.py`` finds no cycle among the app modules (imports inside functions
     included). The webhook delivery service no longer imports the tasks that call it."""
     assert _code_shape().measure(ROOT).cycles == []
+
+
+def test_the_project_package_imports_no_app() -> None:
+    """``portal`` asks the apps through ``portal.discovery`` (metrics, roles) instead."""
+    assert _code_shape().measure(ROOT).project_imports_apps == []
+
+
+def test_the_project_finds_the_apps_metrics_and_roles() -> None:
+    from portal.discovery import app_modules
+
+    assert [m.__name__ for m in app_modules("metrics")] == [
+        "gpuinventory.metrics",
+        "vmrequests.metrics",
+        "webhooks.metrics",
+    ]
+    assert [m.__name__ for m in app_modules("roles")] == ["vmrequests.roles"]
+    assert app_modules("no_such_module") == ()
+
+
+def test_every_domain_metric_keeps_its_name() -> None:
+    from prometheus_client.registry import REGISTRY
+
+    names = {
+        name for collector in REGISTRY._collector_to_names for name in REGISTRY._collector_to_names[collector]
+    }
+    assert {
+        "gpu_portal_inventory_last_sync_timestamp_seconds",
+        "gpu_portal_vm_requests",
+        "gpu_portal_webhook_deliveries",
+    } <= names

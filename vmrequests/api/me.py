@@ -1,4 +1,9 @@
-"""``/api/v1/me/``: who the caller is, their teams and what they may do."""
+"""``/api/v1/me/``: who the caller is, their teams and what they may do.
+
+Teams, roles and the request permissions are this app's, so the view is too (it was
+``portal/api/views.py``); ``vmrequests/api/urls.py`` mounts it at the same path and URL name
+(``api:me``).
+"""
 
 from __future__ import annotations
 
