@@ -199,7 +199,7 @@ PORTAL_GPU_OPERATOR_NAMESPACE = env.str("PORTAL_GPU_OPERATOR_NAMESPACE", "gpu-op
 # --- inventory sync ---------------------------------------------------------------------
 PORTAL_SYNC_INTERVAL = env.int("PORTAL_SYNC_INTERVAL", 30, minimum=5)
 
-# --- provisioning (vmrequests/provisioning.py, docs/provisioning.md) -----------------------
+# --- provisioning (vmrequests/provisioning/, docs/provisioning.md) -------------------------
 PORTAL_RECONCILE_INTERVAL = env.int("PORTAL_RECONCILE_INTERVAL", 5, minimum=1)
 PORTAL_REPROFILE_TIMEOUT = env.int("PORTAL_REPROFILE_TIMEOUT", 600, minimum=10)
 PORTAL_SCHEDULING_TIMEOUT = env.int("PORTAL_SCHEDULING_TIMEOUT", 900, minimum=10)
