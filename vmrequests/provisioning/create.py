@@ -68,24 +68,9 @@ def _create_vmi(req: VMRequest, res: Reservation) -> Outcome:
         k8s.create_vmi(req.vmi_namespace, body)
         action, message = "created", _("Created VirtualMachineInstance %(ns)s/%(name)s.")
     except k8s.K8sConflict:
-        existing = k8s.get_vmi(req.vmi_namespace, req.vmi_name)
-        if existing is None:
-            raise k8s.K8sTransientError("the conflicting VMI disappeared; retrying") from None
-        if existing.labels.get(REQUEST_LABEL) == str(req.pk) and existing.deleting:
-            # Ours, but from before a retry and still being finalised: adopting it would follow a
-            # VMI about to vanish. Create ours once it is gone.
-            raise k8s.K8sTransientError(
-                "the previous VMI of this request is still being deleted; retrying"
-            ) from None
-        if existing.labels.get(REQUEST_LABEL) != str(req.pk):
-            return _fail(
-                req,
-                _(
-                    "A VirtualMachineInstance named %(name)s already exists in namespace %(ns)s and was not "
-                    "created by the portal for this request. An approver must remove or rename it."
-                )
-                % {"name": req.vmi_name, "ns": req.vmi_namespace},
-            )
+        refused = _adopt(req)
+        if refused is not None:
+            return refused
         action, message = (
             "adopted",
             _("VirtualMachineInstance %(ns)s/%(name)s already existed for this request; adopted."),
@@ -120,3 +105,32 @@ def _create_vmi(req: VMRequest, res: Reservation) -> Outcome:
         data={"vmi": f"{req.vmi_namespace}/{req.vmi_name}", "resource": resource, "pinned_to": pin},
     )
     return Outcome(req.pk, action)
+
+
+def _adopt(req: VMRequest) -> Outcome | None:
+    """A VMI of the request's name exists (409): None when it is this request's (adopt it), the
+    failed outcome when it is someone else's.
+
+    Raises:
+        k8s.K8sTransientError: it vanished meanwhile, or it is this request's previous VMI still
+            being deleted: retry.
+    """
+    existing = k8s.get_vmi(req.vmi_namespace, req.vmi_name)
+    if existing is None:
+        raise k8s.K8sTransientError("the conflicting VMI disappeared; retrying") from None
+    if existing.labels.get(REQUEST_LABEL) == str(req.pk) and existing.deleting:
+        # Ours, but from before a retry and still being finalised: adopting it would follow a
+        # VMI about to vanish. Create ours once it is gone.
+        raise k8s.K8sTransientError(
+            "the previous VMI of this request is still being deleted; retrying"
+        ) from None
+    if existing.labels.get(REQUEST_LABEL) != str(req.pk):
+        return _fail(
+            req,
+            _(
+                "A VirtualMachineInstance named %(name)s already exists in namespace %(ns)s and was not "
+                "created by the portal for this request. An approver must remove or rename it."
+            )
+            % {"name": req.vmi_name, "ns": req.vmi_namespace},
+        )
+    return None

@@ -4,7 +4,7 @@ Device Manager, put the previous config back on failure."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -65,58 +65,86 @@ def _reprofile(req: VMRequest, res: Reservation) -> Outcome | None:
     the type in allocatable; on ``failed`` or after ``PORTAL_REPROFILE_TIMEOUT`` the previous
     config label is put back and the request fails.
     """
-    node_name = res.node.name
     now = timezone.now()
     if res.reprofile_started is None:
         with transaction.atomic():
             GpuNode.objects.select_for_update().filter(pk=res.node_id).first()
             res.refresh_from_db()
             if res.reprofile_started is None:
-                node = k8s.get_node(node_name)
-                users = _vgpu_users(k8s.list_pods_on_node(node_name))
-                if users:
-                    return _fail(
-                        req,
-                        _(
-                            "Node %(node)s was not re-profiled: its vGPUs are in use (%(pods)s), and changing the vGPU "
-                            "config would destroy them. Ask an approver to approve the request again once "
-                            "another node is idle."
-                        )
-                        % {"node": node_name, "pods": ", ".join(users)},
-                        data={"node": node_name, "pods": users},
-                    )
-                state = node.labels.get(VGPU_CONFIG_STATE_LABEL, "")
-                if state == "pending":
-                    raise Wait(REPROFILE_POLL_SECONDS * 5, f"node {node_name} is already being reconfigured")
-                if state == "failed":
-                    # DOMAIN.md §3: a failed config needs an admin; relabelling on top hides it.
-                    return _fail(
-                        req,
-                        _(
-                            "Node %(node)s was not re-profiled: its vGPU Device Manager reports state failed "
-                            "for the current config. An admin must look at the node first."
-                        )
-                        % {"node": node_name},
-                        data={"node": node_name, "state": state},
-                    )
-                previous = node.labels.get(VGPU_CONFIG_LABEL, "")
-                if previous == res.reprofile_config:
-                    # Already the target: an earlier delivery patched it and died before recording
-                    # the patch. The config to put back is the one the approval planned from.
-                    previous = res.reprofile_from
-                k8s.patch_node_labels(node_name, {VGPU_CONFIG_LABEL: res.reprofile_config})
-                Reservation.objects.filter(pk=res.pk).update(reprofile_from=previous, reprofile_started=now)
-                req.record(
-                    EventAction.PROGRESS,
-                    _(
-                        "Set nvidia.com/vgpu.config on node %(node)s from %(old)s to %(new)s; waiting for the "
-                        "vGPU Device Manager."
-                    )
-                    % {"node": node_name, "old": previous or _("(default)"), "new": res.reprofile_config},
-                    actor_label="worker",
-                    data={"node": node_name, "from": previous, "to": res.reprofile_config},
-                )
+                refused = _start_reprofile(req, res, now)
+                if refused is not None:
+                    return refused
         raise Wait(REPROFILE_POLL_SECONDS, "label patched")
+    return _follow_reprofile(req, res, now)
+
+
+def _start_reprofile(req: VMRequest, res: Reservation, now: datetime) -> Outcome | None:
+    """The first pass of :func:`_reprofile`, under the node's row lock: check live, then patch.
+
+    Returns:
+        The failed outcome when the node cannot be re-profiled, else None (the label is patched
+        and the patch recorded on the reservation).
+
+    Raises:
+        Wait: the node is already being reconfigured.
+    """
+    node_name = res.node.name
+    node = k8s.get_node(node_name)
+    users = _vgpu_users(k8s.list_pods_on_node(node_name))
+    if users:
+        return _fail(
+            req,
+            _(
+                "Node %(node)s was not re-profiled: its vGPUs are in use (%(pods)s), and changing the vGPU "
+                "config would destroy them. Ask an approver to approve the request again once "
+                "another node is idle."
+            )
+            % {"node": node_name, "pods": ", ".join(users)},
+            data={"node": node_name, "pods": users},
+        )
+    state = node.labels.get(VGPU_CONFIG_STATE_LABEL, "")
+    if state == "pending":
+        raise Wait(REPROFILE_POLL_SECONDS * 5, f"node {node_name} is already being reconfigured")
+    if state == "failed":
+        # DOMAIN.md §3: a failed config needs an admin; relabelling on top hides it.
+        return _fail(
+            req,
+            _(
+                "Node %(node)s was not re-profiled: its vGPU Device Manager reports state failed "
+                "for the current config. An admin must look at the node first."
+            )
+            % {"node": node_name},
+            data={"node": node_name, "state": state},
+        )
+    previous = node.labels.get(VGPU_CONFIG_LABEL, "")
+    if previous == res.reprofile_config:
+        # Already the target: an earlier delivery patched it and died before recording
+        # the patch. The config to put back is the one the approval planned from.
+        previous = res.reprofile_from
+    k8s.patch_node_labels(node_name, {VGPU_CONFIG_LABEL: res.reprofile_config})
+    Reservation.objects.filter(pk=res.pk).update(reprofile_from=previous, reprofile_started=now)
+    req.record(
+        EventAction.PROGRESS,
+        _(
+            "Set nvidia.com/vgpu.config on node %(node)s from %(old)s to %(new)s; waiting for the "
+            "vGPU Device Manager."
+        )
+        % {"node": node_name, "old": previous or _("(default)"), "new": res.reprofile_config},
+        actor_label="worker",
+        data={"node": node_name, "from": previous, "to": res.reprofile_config},
+    )
+    return None
+
+
+def _follow_reprofile(req: VMRequest, res: Reservation, now: datetime) -> Outcome | None:
+    """A later pass of :func:`_reprofile`: None once the node offers the type (the reservation
+    then names the advertised resource), the failed outcome on ``failed`` or time-out (the
+    previous label put back).
+
+    Raises:
+        Wait: the vGPU Device Manager is still working.
+    """
+    node_name = res.node.name
     node = k8s.get_node(node_name)
     state = node.labels.get(VGPU_CONFIG_STATE_LABEL, "")
     current = node.labels.get(VGPU_CONFIG_LABEL, "")
@@ -134,7 +162,7 @@ def _reprofile(req: VMRequest, res: Reservation) -> Outcome | None:
             data={"node": node_name, "resource": resource, "allocatable": count},
         )
         return None
-    elapsed = now - res.reprofile_started
+    elapsed = now - (res.reprofile_started or now)  # set: _reprofile calls this only after the patch
     timeout = timedelta(seconds=settings.PORTAL_REPROFILE_TIMEOUT)
     if state == "failed" or elapsed > timeout:
         restore, restored, back = _restore_label(node_name, res)
