@@ -48,20 +48,6 @@ def vmi_manifest(req: VMRequest, resource_name: str, pin_node: str | None = None
     Returns:
         The manifest as a dict (sent with ``fieldValidation=Strict``).
     """
-    gpus: list[dict[str, Any]] = []
-    for i in range(req.device_count):
-        gpu: dict[str, Any] = {
-            "name": f"{'vgpu' if req.mode == VMMode.VGPU else 'gpu'}{i + 1}",
-            "deviceName": resource_name,
-        }
-        if req.mode == VMMode.VGPU:
-            gpu["virtualGPUOptions"] = {"display": {"enabled": False}}
-        gpus.append(gpu)
-    annotations = {REQUESTER_ANNOTATION: req.requester.get_username()}
-    if req.ticket_id:
-        annotations[TICKET_ANNOTATION] = (
-            f"{req.ticket_source}:{req.ticket_id}" if req.ticket_source else req.ticket_id
-        )
     spec: dict[str, Any] = {
         "domain": {
             "cpu": {"cores": req.cpu_cores},
@@ -71,7 +57,7 @@ def vmi_manifest(req: VMRequest, resource_name: str, pin_node: str | None = None
                     {"name": "containerdisk", "disk": {"bus": "virtio"}},
                     {"name": "cloudinitdisk", "disk": {"bus": "virtio"}},
                 ],
-                "gpus": gpus,
+                "gpus": _gpus(req, resource_name),
                 "interfaces": [{"name": "default", "masquerade": {}}],
             },
         },
@@ -99,10 +85,35 @@ def vmi_manifest(req: VMRequest, resource_name: str, pin_node: str | None = None
                 REQUEST_LABEL: str(req.pk),
                 TEAM_LABEL: req.team.slug,
             },
-            "annotations": annotations,
+            "annotations": _annotations(req),
         },
         "spec": spec,
     }
+
+
+def _gpus(req: VMRequest, resource_name: str) -> list[dict[str, Any]]:
+    """``spec.domain.devices.gpus[]``: ``device_count`` entries ``gpu1``.. (``vgpu1``.. with the
+    display off for vGPUs, pitfall 12), each of the exact ``resource_name``."""
+    gpus: list[dict[str, Any]] = []
+    for i in range(req.device_count):
+        gpu: dict[str, Any] = {
+            "name": f"{'vgpu' if req.mode == VMMode.VGPU else 'gpu'}{i + 1}",
+            "deviceName": resource_name,
+        }
+        if req.mode == VMMode.VGPU:
+            gpu["virtualGPUOptions"] = {"display": {"enabled": False}}
+        gpus.append(gpu)
+    return gpus
+
+
+def _annotations(req: VMRequest) -> dict[str, str]:
+    """The VMI's annotations: the requester, and the ticket (``<source>:<id>``) when there is one."""
+    annotations = {REQUESTER_ANNOTATION: req.requester.get_username()}
+    if req.ticket_id:
+        annotations[TICKET_ANNOTATION] = (
+            f"{req.ticket_source}:{req.ticket_id}" if req.ticket_source else req.ticket_id
+        )
+    return annotations
 
 
 def connect_instructions(req: VMRequest) -> str:
