@@ -182,19 +182,7 @@ def derive(snapshot: Snapshot) -> Derived:
     warnings: list[Flag] = []
     namespace = settings.PORTAL_GPU_OPERATOR_NAMESPACE
     config_map = f"{namespace}/{snapshot.config_map_name}"
-    configs: dict[str, list[ConfigEntry]] | None = None
-    configs_for_nodes: dict[str, list[ConfigEntry]] | None = None
-    if snapshot.config_map_data is None:
-        warnings.append(_warning("vgpu_config_map_missing", config_map=snapshot.config_map_name))
-        configs = {}  # the ConfigMap is gone: every stored config becomes absent
-    else:
-        try:
-            configs = _parse_configs(snapshot.config_map_data.get(CONFIG_KEY))
-            configs_for_nodes = configs
-        except VgpuConfigError as exc:
-            warnings.append(
-                _warning("vgpu_config_file_invalid", config_map=snapshot.config_map_name, error=str(exc))
-            )
+    configs, configs_for_nodes = _derive_configs(snapshot, warnings)
     if snapshot.policy is None:
         warnings.append(_warning("no_cluster_policy", value="-"))
     kubevirt = snapshot.kubevirts[0] if snapshot.kubevirts else None
@@ -209,8 +197,38 @@ def derive(snapshot: Snapshot) -> Derived:
     if kubevirt is not None:
         warnings.extend(kubevirt_flags(kubevirt))
 
+    pods_by_node = _pods_by_node(snapshot.pods, warnings)
+    nodes = _derive_nodes(snapshot, pods_by_node, kubevirt, configs_for_nodes)
+    permitted = _derive_permitted(snapshot.kubevirts)
+    return Derived(nodes, configs, config_map, permitted, warnings)
+
+
+def _derive_configs(
+    snapshot: Snapshot, warnings: list[Flag]
+) -> tuple[dict[str, list[ConfigEntry]] | None, dict[str, list[ConfigEntry]] | None]:
+    """``(configs to store, configs for the nodes)`` from the vGPU devices ConfigMap: ``({}, None)``
+    when it is missing (every stored config becomes absent), ``(None, None)`` when its file does
+    not parse (stored ones kept); a warning says which."""
+    configs: dict[str, list[ConfigEntry]] | None = None
+    configs_for_nodes: dict[str, list[ConfigEntry]] | None = None
+    if snapshot.config_map_data is None:
+        warnings.append(_warning("vgpu_config_map_missing", config_map=snapshot.config_map_name))
+        configs = {}  # the ConfigMap is gone: every stored config becomes absent
+    else:
+        try:
+            configs = _parse_configs(snapshot.config_map_data.get(CONFIG_KEY))
+            configs_for_nodes = configs
+        except VgpuConfigError as exc:
+            warnings.append(
+                _warning("vgpu_config_file_invalid", config_map=snapshot.config_map_name, error=str(exc))
+            )
+    return configs, configs_for_nodes
+
+
+def _pods_by_node(pods: Iterable[k8s.PodInfo], warnings: list[Flag]) -> dict[str, list[k8s.PodInfo]]:
+    """The pods holding GPU requests, by node; a warning per fractional ``nvidia.com/*`` quantity."""
     pods_by_node: dict[str, list[k8s.PodInfo]] = defaultdict(list)
-    for pod in snapshot.pods:
+    for pod in pods:
         if pod.bad_quantities:
             for resource, value in sorted(pod.bad_quantities.items()):
                 warnings.append(
@@ -225,7 +243,17 @@ def derive(snapshot: Snapshot) -> Derived:
                 )
         if pod.node_name and pod.requests:
             pods_by_node[pod.node_name].append(pod)
+    return pods_by_node
 
+
+def _derive_nodes(
+    snapshot: Snapshot,
+    pods_by_node: Mapping[str, list[k8s.PodInfo]],
+    kubevirt: k8s.KubeVirtInfo | None,
+    configs_for_nodes: dict[str, list[ConfigEntry]] | None,
+) -> dict[str, DerivedNode]:
+    """``derive_node`` of every node, reusing last run's result for a node whose inputs did not
+    change (``_DERIVED``, keyed by ``_derive_key``)."""
     text = (snapshot.config_map_data or {}).get(CONFIG_KEY)
     configs_key = (configs_for_nodes is not None, len(text), hash(text)) if text is not None else None
     nodes: dict[str, DerivedNode] = {}
@@ -243,9 +271,14 @@ def derive(snapshot: Snapshot) -> Derived:
             nodes[derived.name] = derived
     _DERIVED.clear()
     _DERIVED.update(seen)
+    return nodes
 
+
+def _derive_permitted(kubevirts: Iterable[k8s.KubeVirtInfo]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The permitted host devices of every KubeVirt CR, keyed ``(kind, resource, selector)``
+    (the first CR naming one wins)."""
     permitted: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for kv in snapshot.kubevirts:
+    for kv in kubevirts:
         source = f"{kv.namespace}/{kv.name}"
         entries: Iterable[tuple[str, k8s.PermittedPci | k8s.PermittedMdev]] = [
             *((PermittedDevice.Kind.PCI.value, d) for d in kv.pci_host_devices),
@@ -256,7 +289,7 @@ def derive(snapshot: Snapshot) -> Derived:
             permitted.setdefault(
                 key, {"external_resource_provider": entry.external_resource_provider, "source": source[:253]}
             )
-    return Derived(nodes, configs, config_map, permitted, warnings)
+    return permitted
 
 
 # --- apply -------------------------------------------------------------------------------------
@@ -413,13 +446,28 @@ def apply(derived: Derived, now: datetime, last_success: datetime | None) -> App
     result = ApplyResult()
     writer = _Writer()
     stored_nodes = {n.name: n for n in GpuNode.objects.all()}
-    resources: dict[int, dict[str, GpuResource]] = defaultdict(dict)
-    for r in GpuResource.objects.all():
-        resources[r.node_id][r.name] = r
-    consumers: dict[int, dict[tuple[str, str, str], GpuConsumer]] = defaultdict(dict)
-    for c in GpuConsumer.objects.all():
-        consumers[c.node_id][(c.resource_name, c.pod_namespace, c.pod_name)] = c
+    new_nodes, updated_names = _apply_nodes(derived, stored_nodes, now, last_success, writer, result)
+    all_nodes = {**stored_nodes, **{n.name: n for n in new_nodes}}
+    _apply_children(derived, all_nodes, stored_nodes, updated_names, writer, result)
+    _apply_vgpu_configs(writer, derived)
+    _apply_permitted(writer, derived)
+    result.rows_written = writer.rows
+    return result
 
+
+def _apply_nodes(
+    derived: Derived,
+    stored_nodes: dict[str, GpuNode],
+    now: datetime,
+    last_success: datetime | None,
+    writer: _Writer,
+    result: ApplyResult,
+) -> tuple[list[GpuNode], set[str]]:
+    """Add, update and mark absent the ``GpuNode`` rows (counted in ``result``).
+
+    Returns:
+        The new nodes (with primary keys) and the names of the updated ones.
+    """
     new_nodes: list[GpuNode] = []
     node_updates: list[GpuNode] = []
     for name, dn in derived.nodes.items():
@@ -452,6 +500,25 @@ def apply(derived: Derived, now: datetime, last_success: datetime | None) -> App
         by_name = dict(GpuNode.objects.filter(name__in=[n.name for n in new_nodes]).values_list("name", "pk"))
         for n in new_nodes:
             n.pk = by_name[n.name]
+    return new_nodes, updated_names
+
+
+def _apply_children(
+    derived: Derived,
+    all_nodes: dict[str, GpuNode],
+    stored_nodes: dict[str, GpuNode],
+    updated_names: set[str],
+    writer: _Writer,
+    result: ApplyResult,
+) -> None:
+    """Write each node's ``GpuResource`` and ``GpuConsumer`` rows; a present node whose only
+    change is in them counts as changed."""
+    resources: dict[int, dict[str, GpuResource]] = defaultdict(dict)
+    for r in GpuResource.objects.all():
+        resources[r.node_id][r.name] = r
+    consumers: dict[int, dict[tuple[str, str, str], GpuConsumer]] = defaultdict(dict)
+    for c in GpuConsumer.objects.all():
+        consumers[c.node_id][(c.resource_name, c.pod_namespace, c.pod_name)] = c
 
     res_create: list[GpuResource] = []
     res_update: list[GpuResource] = []
@@ -459,7 +526,6 @@ def apply(derived: Derived, now: datetime, last_success: datetime | None) -> App
     con_create: list[GpuConsumer] = []
     con_update: list[GpuConsumer] = []
     con_delete: list[int] = []
-    all_nodes = {**stored_nodes, **{n.name: n for n in new_nodes}}
     for name, dn in derived.nodes.items():
         node = all_nodes[name]
         children_changed = _sync_children(
@@ -495,11 +561,6 @@ def apply(derived: Derived, now: datetime, last_success: datetime | None) -> App
     writer.update(GpuResource, res_update, RESOURCE_FIELDS)
     writer.create(GpuConsumer, con_create)
     writer.update(GpuConsumer, con_update, CONSUMER_FIELDS)
-
-    _apply_vgpu_configs(writer, derived)
-    _apply_permitted(writer, derived)
-    result.rows_written = writer.rows
-    return result
 
 
 def _upsert_present(
@@ -630,40 +691,45 @@ def run_sync(trigger: str = "beat") -> SyncRun:
     t0 = time.perf_counter()
     timings: dict[str, int] = {}
     try:
-        try:
-            snapshot = take_snapshot()
-        except k8s.K8sError as exc:
-            run.error = f"cannot read the cluster: {exc}"
-            logger.warning("inventory sync failed: %s", run.error)
-            return _finish(run, SyncStatus.FAILED, t0, timings)
-        t1 = time.perf_counter()
-        timings["list_ms"] = _ms(t1 - t0)
-        run.cluster_version = snapshot.version[:40]
-        derived = derive(snapshot)
-        t2 = time.perf_counter()
-        timings["derive_ms"] = _ms(t2 - t1)
-        last_success = (
-            SyncRun.objects.filter(status=SyncStatus.SUCCESS)
-            .order_by("-started")
-            .values_list("started", flat=True)
-            .first()
-        )
-        with transaction.atomic():
-            result = apply(derived, started, last_success)
-        timings["apply_ms"] = _ms(time.perf_counter() - t2)
-        run.warnings = derived.warnings
-        run.counts = {
-            "nodes": len(derived.nodes),
-            "added": result.added,
-            "changed": result.changed,
-            "absent": result.absent,
-            "rows_written": result.rows_written,
-        }
-        return _finish(run, SyncStatus.SUCCESS, t0, timings)
+        return _sync(run, started, t0, timings)
     except Exception as exc:
         logger.exception("inventory sync failed unexpectedly")
         run.error = f"internal error: {exc.__class__.__name__}: {exc}"
         return _finish(run, SyncStatus.FAILED, t0, timings)
+
+
+def _sync(run: SyncRun, started: datetime, t0: float, timings: dict[str, int]) -> SyncRun:
+    """The work of :func:`run_sync` once it holds the lock: snapshot, derive, apply, finish."""
+    try:
+        snapshot = take_snapshot()
+    except k8s.K8sError as exc:
+        run.error = f"cannot read the cluster: {exc}"
+        logger.warning("inventory sync failed: %s", run.error)
+        return _finish(run, SyncStatus.FAILED, t0, timings)
+    t1 = time.perf_counter()
+    timings["list_ms"] = _ms(t1 - t0)
+    run.cluster_version = snapshot.version[:40]
+    derived = derive(snapshot)
+    t2 = time.perf_counter()
+    timings["derive_ms"] = _ms(t2 - t1)
+    last_success = (
+        SyncRun.objects.filter(status=SyncStatus.SUCCESS)
+        .order_by("-started")
+        .values_list("started", flat=True)
+        .first()
+    )
+    with transaction.atomic():
+        result = apply(derived, started, last_success)
+    timings["apply_ms"] = _ms(time.perf_counter() - t2)
+    run.warnings = derived.warnings
+    run.counts = {
+        "nodes": len(derived.nodes),
+        "added": result.added,
+        "changed": result.changed,
+        "absent": result.absent,
+        "rows_written": result.rows_written,
+    }
+    return _finish(run, SyncStatus.SUCCESS, t0, timings)
 
 
 def _finish(run: SyncRun, status: str, t0: float, timings: dict[str, int]) -> SyncRun:
