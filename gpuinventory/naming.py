@@ -588,33 +588,13 @@ def identify_gpus(
         A ``GpuIdentity``.
     """
     flags: list[Flag] = []
-    model, count, memory, source = "", None, None, ModelSource.UNKNOWN
+    memory: int | None = None
     if mode == WorkloadMode.CONTAINER:
-        model = display_model_for_gfd(gfd_model(labels))
-        count = gfd_count(labels)
-        memory = gfd_memory_mib(labels)
-        source = ModelSource.GFD if model else ModelSource.UNKNOWN
-        if count is None:
-            count = sum(n for info, n in advertised if info.kind == ResourceKind.GPU) or None
+        model, count, memory, source = _identify_container(labels, advertised)
     else:
         if labels.get(GFD_PRODUCT):
             flags.append(flag("stale_gfd_labels", mode=str(mode), product=labels[GFD_PRODUCT]))
-        if mode == WorkloadMode.VM_PASSTHROUGH:
-            mine = [(i, n) for i, n in advertised if i.kind == ResourceKind.PASSTHROUGH]
-            model = _join_models([i.model for i, _ in mine])
-            count = sum(n for _, n in mine) or None
-            if mine:
-                named = any(not _HEX_ID.fullmatch(i.name.removeprefix(PREFIX)) for i, _ in mine)
-                source = ModelSource.PASSTHROUGH_NAME if named else ModelSource.PCI_ID
-        else:
-            mine = [(i, n) for i, n in advertised if i.kind == ResourceKind.VGPU]
-            model = _join_models([i.model for i, _ in mine])
-            source = ModelSource.VGPU_TYPE if model else ModelSource.UNKNOWN
-            count = _vgpu_count(mine, per_gpu_instances)
-            if not model and config_types:
-                parsed = [p for p in (parse_vgpu_type(t) for t in config_types) if p]
-                model = _join_models([model_for_vgpu_family(p.gpu) or p.gpu for p in parsed])
-                source = ModelSource.VGPU_CONFIG if model else ModelSource.UNKNOWN
+        model, count, source = _identify_vm(mode, advertised, config_types, per_gpu_instances)
     if not model or model.startswith("unknown model"):
         annotated = _admin_annotation(annotations, GPU_MODEL, flags)
         if annotated:
@@ -628,6 +608,45 @@ def identify_gpus(
     if memory is None and model:
         memory = memory_mib_for_model(model)
     return GpuIdentity(model=model, count=count, memory_mib=memory, source=source, flags=tuple(flags))
+
+
+def _identify_container(
+    labels: Mapping[str, str], advertised: Sequence[tuple[ResourceInfo, int]]
+) -> tuple[str, int | None, int | None, str]:
+    """``(model, count, memory_mib, source)`` of a container node from GFD's labels; the count
+    falls back to the advertised ``nvidia.com/gpu`` devices."""
+    model = display_model_for_gfd(gfd_model(labels))
+    count = gfd_count(labels)
+    if count is None:
+        count = sum(n for info, n in advertised if info.kind == ResourceKind.GPU) or None
+    return model, count, gfd_memory_mib(labels), ModelSource.GFD if model else ModelSource.UNKNOWN
+
+
+def _identify_vm(
+    mode: WorkloadMode,
+    advertised: Sequence[tuple[ResourceInfo, int]],
+    config_types: Sequence[str],
+    per_gpu_instances: Mapping[str, int] | None,
+) -> tuple[str, int | None, str]:
+    """``(model, count, source)`` of a VM node from its advertised devices (passthrough names or
+    vGPU types), else from the types of its vGPU config."""
+    if mode == WorkloadMode.VM_PASSTHROUGH:
+        mine = [(i, n) for i, n in advertised if i.kind == ResourceKind.PASSTHROUGH]
+        model = _join_models([i.model for i, _ in mine])
+        source = ModelSource.UNKNOWN
+        if mine:
+            named = any(not _HEX_ID.fullmatch(i.name.removeprefix(PREFIX)) for i, _ in mine)
+            source = ModelSource.PASSTHROUGH_NAME if named else ModelSource.PCI_ID
+        return model, sum(n for _, n in mine) or None, source
+    mine = [(i, n) for i, n in advertised if i.kind == ResourceKind.VGPU]
+    model = _join_models([i.model for i, _ in mine])
+    source = ModelSource.VGPU_TYPE if model else ModelSource.UNKNOWN
+    count = _vgpu_count(mine, per_gpu_instances)
+    if not model and config_types:
+        parsed = [p for p in (parse_vgpu_type(t) for t in config_types) if p]
+        model = _join_models([model_for_vgpu_family(p.gpu) or p.gpu for p in parsed])
+        source = ModelSource.VGPU_CONFIG if model else ModelSource.UNKNOWN
+    return model, count, source
 
 
 def _admin_annotation(annotations: Mapping[str, str], key: str, flags: list[Flag]) -> str:

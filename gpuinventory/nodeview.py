@@ -2,7 +2,7 @@
 
 ``derive_node`` combines the rules of ``modes``, ``naming``, ``vgpuconfig`` and ``permitted`` into
 plain dataclasses that map 1:1 onto ``GpuNode``, ``GpuResource`` and ``GpuConsumer``
-(gpuinventory/models.py), so ``sync.py`` can compare them with the stored rows and write only
+(gpuinventory/models.py), so the sync (``gpuinventory/sync/``) can compare them with the stored rows and write only
 what changed. Pure: no ORM, no Kubernetes.
 
 Counting rules (DOMAIN.md §2 "Allocatable is not free", pitfalls 5 and 6; kubevirt/kubevirt#13359):

@@ -228,7 +228,7 @@ def test_a_failed_sync_is_an_event(
 ) -> None:
     endpoint = stored_endpoint("inventory", event_types=["inventory.sync_failed"])
     stored_endpoint("requests", event_types=["vm_request.*"])
-    monkeypatch.setattr(sync, "take_snapshot", _cluster_down)
+    monkeypatch.setattr(sync.run, "take_snapshot", _cluster_down)
     with django_capture_on_commit_callbacks(execute=True):
         run = sync.run_sync("manual")
     assert run.status == "failed"
@@ -255,7 +255,7 @@ def test_a_failing_webhook_never_breaks_the_sync(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     stored_endpoint()
-    monkeypatch.setattr(sync, "take_snapshot", _cluster_down)
+    monkeypatch.setattr(sync.run, "take_snapshot", _cluster_down)
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("database is locked")
@@ -287,7 +287,7 @@ def test_sync_events_mark_the_start_and_end_of_a_failure_streak(
             return _cluster_down()
         return sync.Snapshot("v1.37.2", [], [], [], None, [], "", None)
 
-    monkeypatch.setattr(sync, "take_snapshot", snapshot)
+    monkeypatch.setattr(sync.run, "take_snapshot", snapshot)
     statuses = []
     for _ in range(6):
         with django_capture_on_commit_callbacks(execute=True):
