@@ -21,15 +21,14 @@ from typing import Any
 
 from gpuinventory.choices import ModeSource, ResourceKind, WorkloadMode
 from gpuinventory.flags import Flag, flag
+from gpuinventory.identity import GpuIdentity, identify_gpus
 from gpuinventory.modes import VGPU_PAUSED, decide_mode, deploy_labels
 from gpuinventory.naming import (
     KATA_RESOURCES,
     KIND_MODE,
-    GpuIdentity,
     ModelSource,
     ResourceInfo,
     classify_resource,
-    identify_gpus,
     resolve_bare_id,
 )
 from gpuinventory.permitted import permitted_state, resource_flags

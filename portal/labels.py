@@ -13,7 +13,7 @@ Three owners write the keys the portal reads:
 
 Before this module the node annotations for a GPU model or count an admin sets by hand used the
 prefix ``gpu-vm-portal/``. Nodes may still carry them, so :func:`read_annotation` reads the new
-key first and then the deprecated one (:data:`DEPRECATED_KEYS`); the inventory flags a node
+key first and then the deprecated one (:data:`DEPRECATED_KEYS`); the inventory (``gpuinventory/identity.py``) flags a node
 that still uses an old key. Every VMI key already had the ``gpu-vm-portal.io/`` prefix, and the
 watch and reconcile select on ``app.kubernetes.io/managed-by=gpu-vm-portal``: VMIs created
 before keep being found.

@@ -8,16 +8,13 @@ import pytest
 
 from gpuinventory import naming
 from gpuinventory.choices import ResourceKind, WorkloadMode
+from gpuinventory.identity import gfd_count, gfd_memory_mib, gfd_model, identify_gpus
 from gpuinventory.naming import (
     PCI_MODELS,
     ModelSource,
     ResourceInfo,
     classify_resource,
-    gfd_count,
     gfd_family,
-    gfd_memory_mib,
-    gfd_model,
-    identify_gpus,
     kubevirt_pci_selector,
     mdev_type_name,
     model_for_pci_id,
