@@ -1,6 +1,6 @@
 """Inventory tables: what the last sync saw in the cluster.
 
-The sync (``gpuinventory/sync.py``) is the only writer. Rows are never hard-deleted when a node
+The sync (``gpuinventory/sync/``) is the only writer. Rows are never hard-deleted when a node
 disappears: ``present`` turns false and ``last_seen`` keeps the time it was last listed
 (CONVENTIONS "Models, state and audit").
 """
@@ -203,7 +203,7 @@ class SyncRun(models.Model):
         ordering = ["-started"]
         get_latest_by = "started"
         constraints = [
-            # The sync's overlap lock: at most one run is "running" (gpuinventory/sync.py).
+            # The sync's overlap lock: at most one run is "running" (gpuinventory/sync/run.py).
             models.UniqueConstraint(
                 fields=["status"], condition=models.Q(status="running"), name="syncrun_single_running"
             )

@@ -38,15 +38,16 @@ from gpuinventory.tables import (
     VgpuConfigTable,
     annotate_node_counts,
 )
+from portal.labels import GPU_DEPLOY_PREFIX as DEPLOY_PREFIX
+from portal.labels import GPU_PRESENT
+from portal.labels import GPU_WORKLOAD_CONFIG as MODE_LABEL
+from portal.labels import VGPU_CONFIG as VGPU_CONFIG_LABEL
+from portal.labels import VGPU_CONFIG_STATE as VGPU_CONFIG_STATE_LABEL
 from portal.views_mixins import FilteredTableListMixin
 
 #: Labels shown on the node page, grouped by the component that writes them (DOMAIN.md §1, §3, §4).
-DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
-MODE_LABEL = "nvidia.com/gpu.workload.config"
-VGPU_CONFIG_LABEL = "nvidia.com/vgpu.config"
-VGPU_CONFIG_STATE_LABEL = "nvidia.com/vgpu.config.state"
 #: Written by the GPU Operator itself (not GFD): DOMAIN.md §4 "Not GFD".
-OPERATOR_LABELS = frozenset({"nvidia.com/gpu.present", "nvidia.com/gpu-driver-upgrade-state"})
+OPERATOR_LABELS = frozenset({GPU_PRESENT, "nvidia.com/gpu-driver-upgrade-state"})
 #: Read and written by the MIG manager (not GFD).
 MIG_MANAGER_LABELS = frozenset({"nvidia.com/mig.config", "nvidia.com/mig.config.state"})
 #: Read and written by the vGPU Device Manager (DOMAIN.md §3).

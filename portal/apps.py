@@ -8,7 +8,7 @@ class PortalConfig(AppConfig):
     verbose_name = "Portal"
 
     def ready(self) -> None:
-        """Register the domain metrics (``portal.metrics``) with Prometheus."""
+        """Register the apps' domain metrics (each app's ``metrics.COLLECTORS``, ``portal.metrics``)."""
         from portal import metrics
 
         metrics.register()

@@ -2,7 +2,7 @@
 
 ``ApiTokenForm(user, data=None)`` creates a token for the signed-in user; ``save()`` returns
 ``(ApiToken, plain_token)``. Scopes are ``TokenScope`` values; ``approve`` is offered only to
-users who may approve (``may_use_approve_scope``) and refused with a field error when another
+users who may approve (``portal.roles.may_use_approve_scope``, which asks the apps) and refused with a field error when another
 user posts it anyway.
 """
 
@@ -15,19 +15,11 @@ from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
 from portal.models import ApiToken, TokenScope
-from vmrequests.roles import APPROVE_PERMISSION
+from portal.roles import may_use_approve_scope
 
 #: Validity bounds of a new token, in days (``ApiToken.issue`` enforces the same).
 MIN_TOKEN_DAYS = 1
 MAX_TOKEN_DAYS = 3650
-
-
-def may_use_approve_scope(user: Any) -> bool:
-    """True when ``user`` may hold a token with the ``approve`` scope: an approver of some team
-    (``Team.approvers``) or a holder of ``vmrequests.approve_vmrequest``."""
-    if not getattr(user, "is_authenticated", False):
-        return False
-    return bool(user.has_perm(APPROVE_PERMISSION) or user.approver_of.exists())
 
 
 def scopes_field() -> forms.MultipleChoiceField:

@@ -761,8 +761,3 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} → #{self.vm_request_id}"
-
-
-# The webhook models live in their own module; importing them here registers them with the
-# ``vmrequests`` app (Django imports only ``<app>.models``). At the bottom: no import cycle.
-from vmrequests.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint, WebhookEvent  # noqa: E402,F401

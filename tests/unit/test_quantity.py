@@ -1,4 +1,4 @@
-"""The one quantity parser (portal/quantity.py): apimachinery ``resource.Quantity`` grammar."""
+"""The one quantity parser (portal/k8s/quantity.py): apimachinery ``resource.Quantity`` grammar."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from portal import k8s
-from portal.quantity import parse_count, parse_quantity
+from portal.k8s.quantity import parse_count, parse_quantity
 
 
 @pytest.mark.parametrize(

@@ -425,7 +425,7 @@ def test_vgpu_node_without_devices_and_not_reconfiguring_still_asks_for_annotati
 
 @pytest.mark.django_db
 def test_sync_keeps_the_stored_identity_while_reconfiguring() -> None:
-    from gpuinventory.sync import _keep_identity
+    from gpuinventory.sync.apply import _keep_identity
     from tests.factories import stored_node
 
     stored = stored_node(

@@ -1,4 +1,4 @@
-"""Reconcile (vmrequests/provisioning.py ``reconcile_request``/``reconcile``) without a cluster:
+"""Reconcile (vmrequests/provisioning/reconcile.py ``reconcile_request``/``reconcile``) without a cluster:
 every branch of the docstring, the scheduler's message in plain words, leases, deletion, and
 the one-LIST loop with its error handling, against the in-memory fake adapter (tests/fake_k8s.py)."""
 

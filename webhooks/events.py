@@ -5,6 +5,7 @@
   entry as the REST API shows them.
 - ``on_sync_failed`` listens to ``gpuinventory.signals.sync_failed``: ``inventory.sync_failed``.
 
+``redeliver`` makes a new delivery of an event (the admin's "Redeliver" action).
 ``publish`` writes one ``WebhookEvent`` and one ``WebhookDelivery`` per active endpoint whose
 filter matches (nothing when none matches), then enqueues the deliveries when its transaction
 commits. The receivers log and swallow every error: a webhook problem (database, serializer,
@@ -25,10 +26,11 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 
-from vmrequests.webhooks.choices import SYNC_FAILED, SYNC_RECOVERED, request_event_type
-from vmrequests.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
+from webhooks.choices import SYNC_FAILED, SYNC_RECOVERED, request_event_type
+from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
+from webhooks.tasks import enqueue
 
-log = logging.getLogger("vmrequests.webhooks")
+log = logging.getLogger("webhooks")
 
 #: Version of the payload shape; bumped only on an incompatible change.
 PAYLOAD_VERSION = 1
@@ -116,8 +118,6 @@ def publish(
     Returns:
         The event, or None when no active endpoint wants this type (nothing is written).
     """
-    from vmrequests.webhooks.delivery import enqueue
-
     endpoints = matching_endpoints(event_type)
     if not endpoints:
         return None
@@ -142,6 +142,21 @@ def publish(
         transaction.on_commit(enqueue_all)
     log.info("webhook event %s %s: %d deliveries", event_type, event_id, len(ids))
     return event
+
+
+def redeliver(delivery: WebhookDelivery) -> WebhookDelivery:
+    """Create a new pending delivery of the same event to the same endpoint (same event ID and
+    body, freshly signed) and enqueue it when the transaction commits.
+
+    Returns:
+        The new delivery (``redelivery_of`` = ``delivery``).
+    """
+    new = WebhookDelivery.objects.create(
+        endpoint_id=delivery.endpoint_id, event_id=delivery.event_id, redelivery_of=delivery
+    )
+    pk = new.pk
+    transaction.on_commit(lambda: enqueue(pk))
+    return new
 
 
 def on_request_transitioned(sender: Any, request: Any, event: Any, **kwargs: Any) -> None:

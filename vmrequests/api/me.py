@@ -1,4 +1,9 @@
-"""``/api/v1/me/``: who the caller is, their teams and what they may do."""
+"""``/api/v1/me/``: who the caller is, their teams and what they may do.
+
+Teams, roles and the request permissions are this app's, so the view is too (it was
+``portal/api/views.py``); ``vmrequests/api/urls.py`` mounts it at the same path and URL name
+(``api:me``).
+"""
 
 from __future__ import annotations
 
@@ -14,8 +19,8 @@ from portal.api.schema import problem_responses
 from portal.models import ApiToken
 from vmrequests.api.creation import SUBMIT_FOR_OTHERS
 from vmrequests.api.serializers import with_caller_roles
-from vmrequests.forms import user_teams
 from vmrequests.roles import APPROVE_PERMISSION, roles_of
+from vmrequests.validation import user_teams
 
 MeSerializer = inline_serializer(
     "Me",

@@ -2,7 +2,7 @@
 
 The delivery service is called synchronously, as the ``vmrequests.webhook_deliver`` task would call it;
 time is moved on by passing ``now`` (the next try's ``next_attempt_at``), never by sleeping.
-Signatures are checked both with ``vmrequests.webhooks.signing.verify`` and with the snippet that
+Signatures are checked both with ``webhooks.signing.verify`` and with the snippet that
 docs/webhooks.md gives receivers (executed from the document itself).
 """
 
@@ -25,9 +25,9 @@ from portal.celery import app
 from tests.factories import portal_user
 from tests.vmrequest_factories import stored_image, stored_request, stored_team
 from tests.webhook_factories import SECRET, stored_delivery, stored_endpoint
-from vmrequests.webhooks import delivery
-from vmrequests.webhooks.models import WebhookDelivery
-from vmrequests.webhooks.signing import BadSignature, StaleTimestamp, verify
+from webhooks import delivery
+from webhooks.models import WebhookDelivery
+from webhooks.signing import BadSignature, StaleTimestamp, verify
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]

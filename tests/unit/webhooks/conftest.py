@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vmrequests import tasks
+from webhooks import tasks
 
 
 @pytest.fixture

@@ -1,11 +1,11 @@
-"""Signing and verification of deliveries (vmrequests/webhooks/signing.py): a known HMAC vector, every
+"""Signing and verification of deliveries (webhooks/signing.py): a known HMAC vector, every
 rejection reason, and the replay window."""
 
 from __future__ import annotations
 
 import pytest
 
-from vmrequests.webhooks.signing import (
+from webhooks.signing import (
     BadSignature,
     MissingHeader,
     StaleTimestamp,
@@ -107,7 +107,7 @@ def test_custom_tolerance() -> None:
 
 
 def test_errors_share_one_base_class() -> None:
-    from vmrequests.webhooks.signing import SignatureError
+    from webhooks.signing import SignatureError
 
     assert issubclass(MissingHeader, SignatureError)
     assert issubclass(BadSignature, SignatureError)

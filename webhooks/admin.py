@@ -5,7 +5,7 @@ Endpoints are administered here. The secret is generated on creation and never s
 change form (only its last four characters): the endpoint's "secret" page
 (``<pk>/secret/``, change permission) shows it in full, with ``Cache-Control: no-store``, and
 rotates it on a POST. Deliveries, attempts and events are view-only: they change only through
-``vmrequests.webhooks.delivery``; "Redeliver" makes a *new* delivery of the same event.
+``webhooks.delivery``; "Redeliver" (``webhooks.events.redeliver``) makes a *new* delivery of the same event.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from portal.admin_mixins import ReadOnlyAdminMixin
-from vmrequests.webhooks import delivery as delivery_service
-from vmrequests.webhooks.choices import DeliveryStatus, event_type_choices
-from vmrequests.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint, WebhookEvent
+from webhooks import events as webhook_events
+from webhooks.choices import DeliveryStatus, event_type_choices
+from webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint, WebhookEvent
 
 
 class WebhookEndpointForm(forms.ModelForm):
@@ -77,7 +77,7 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("secret"))
     def secret_display(self, obj: WebhookEndpoint) -> str:
-        url = reverse("admin:vmrequests_webhookendpoint_secret", args=[obj.pk])
+        url = reverse("admin:webhooks_webhookendpoint_secret", args=[obj.pk])
         return format_html(
             '<code>{}</code> <a href="{}">{}</a>', obj.masked_secret, url, _("Reveal or rotate")
         )
@@ -86,7 +86,7 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         secret = path(
             "<path:object_id>/secret/",
             self.admin_site.admin_view(self.secret_view),
-            name="vmrequests_webhookendpoint_secret",
+            name="webhooks_webhookendpoint_secret",
         )
         return [secret, *super().get_urls()]
 
@@ -118,9 +118,9 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
             "original": endpoint,
             "secret": endpoint.secret,
             "title": _("Secret of %(name)s") % {"name": endpoint.name},
-            "change_url": reverse("admin:vmrequests_webhookendpoint_change", args=[endpoint.pk]),
+            "change_url": reverse("admin:webhooks_webhookendpoint_change", args=[endpoint.pk]),
         }
-        response = TemplateResponse(request, "admin/vmrequests/webhookendpoint/secret.html", context)
+        response = TemplateResponse(request, "admin/webhooks/webhookendpoint/secret.html", context)
         response["Cache-Control"] = "no-store"
         return response
 
@@ -129,7 +129,7 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         """After adding, go to the secret page (the receiver needs the secret)."""
         super().response_add(request, obj, post_url_continue)
-        return HttpResponseRedirect(reverse("admin:vmrequests_webhookendpoint_secret", args=[obj.pk]))
+        return HttpResponseRedirect(reverse("admin:webhooks_webhookendpoint_secret", args=[obj.pk]))
 
 
 class WebhookAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -181,7 +181,7 @@ class WebhookDeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def has_redeliver_permission(self, request: HttpRequest) -> bool:
         """Redelivering needs the model's change permission (the admin UI itself is read-only)."""
-        return bool(request.user.has_perm("vmrequests.change_webhookdelivery"))
+        return bool(request.user.has_perm("webhooks.change_webhookdelivery"))
 
     @admin.action(description=_("Redeliver the selected events"), permissions=["redeliver"])
     def redeliver(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> None:
@@ -192,7 +192,7 @@ class WebhookDeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             if not item.endpoint.active:
                 skipped += 1
                 continue
-            delivery_service.redeliver(item)
+            webhook_events.redeliver(item)
             made += 1
         if made:
             self.message_user(

@@ -1,4 +1,4 @@
-"""Event types, endpoint filters and secrets (vmrequests/webhooks/choices.py, vmrequests/webhooks/models.py)."""
+"""Event types, endpoint filters and secrets (webhooks/choices.py, webhooks/models.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from tests.webhook_factories import stored_endpoint
-from vmrequests.webhooks.choices import EVENT_TYPES, event_type_choices
-from vmrequests.webhooks.events import matching_endpoints
-from vmrequests.webhooks.models import WebhookEndpoint, generate_secret
+from webhooks.choices import EVENT_TYPES, event_type_choices
+from webhooks.events import matching_endpoints
+from webhooks.models import WebhookEndpoint, generate_secret
 
 
 def test_event_types_are_one_per_request_status_plus_sync_failed() -> None:

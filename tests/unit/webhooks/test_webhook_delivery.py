@@ -1,4 +1,4 @@
-"""The delivery service (vmrequests/webhooks/delivery.py) without a network: backoff bounds, Retry-After,
+"""The delivery service (webhooks/delivery.py) without a network: backoff bounds, Retry-After,
 the outcome of each kind of answer, the claim, the sweep, redelivery and the tasks."""
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ import pytest
 from django.utils import timezone
 
 from tests.webhook_factories import SECRET, stored_delivery, stored_endpoint
-from vmrequests import tasks
-from vmrequests.webhooks import delivery, signing
-from vmrequests.webhooks.delivery import HttpResult, Outcome, backoff_seconds, retry_after_seconds
-from vmrequests.webhooks.models import WebhookAttempt, WebhookDelivery
+from webhooks import delivery, events, signing, tasks
+from webhooks.delivery import HttpResult, Outcome, backoff_seconds, retry_after_seconds
+from webhooks.models import WebhookAttempt, WebhookDelivery
 
 pytestmark = pytest.mark.django_db
 
@@ -273,8 +272,8 @@ def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[Any, ...], dic
 
 
 def test_enqueue_sends_the_delivery_id_and_countdown(enqueued: list[Any]) -> None:
-    assert delivery.enqueue(5) is True
-    assert delivery.enqueue(6, countdown=30) is True
+    assert tasks.enqueue(5) is True
+    assert tasks.enqueue(6, countdown=30) is True
     assert enqueued == [(((5,),), {"retry": False}), (((6,),), {"countdown": 30, "retry": False})]
 
 
@@ -285,8 +284,8 @@ def test_enqueue_never_raises_when_the_broker_is_down(
         raise ConnectionRefusedError("broker down")
 
     monkeypatch.setattr(tasks.webhook_deliver, "apply_async", broker_down)
-    with caplog.at_level(logging.WARNING, logger="vmrequests.webhooks"):
-        assert delivery.enqueue(5) is False
+    with caplog.at_level(logging.WARNING, logger="webhooks"):
+        assert tasks.enqueue(5) is False
     assert "could not enqueue webhook delivery 5; the sweep will" in caplog.text
 
 
@@ -325,7 +324,7 @@ def test_redeliver_makes_a_new_delivery_enqueued_on_commit(
 ) -> None:
     original = stored_delivery(stored_endpoint(), status="failed", attempts=8, next_attempt_at=None)
     with django_capture_on_commit_callbacks(execute=True):
-        new = delivery.redeliver(original)
+        new = events.redeliver(original)
     assert new.pk != original.pk
     new.refresh_from_db()
     assert (new.event_id, new.endpoint_id, new.redelivery_of_id) == (
@@ -347,4 +346,19 @@ def test_sweep_is_on_the_beat_schedule(settings: Any) -> None:
         "task": "vmrequests.webhook_sweep",
         "schedule": 60.0,
         "options": {"expires": 60.0},
+    }
+
+
+@pytest.mark.django_db
+def test_the_worker_registers_the_webhook_tasks_under_their_old_names() -> None:
+    """Celery's autodiscovery finds ``webhooks.tasks`` (an installed app) and registers the names
+    of the release before the app existed, so messages it queued are still consumed."""
+    from portal.celery import app
+
+    app.loader.import_default_modules()
+    assert app.tasks["vmrequests.webhook_deliver"].run.__module__ == "webhooks.tasks"
+    assert app.tasks["vmrequests.webhook_sweep"].run.__module__ == "webhooks.tasks"
+    assert {name for name in app.tasks if "webhook" in name} == {
+        "vmrequests.webhook_deliver",
+        "vmrequests.webhook_sweep",
     }

@@ -1,8 +1,8 @@
-"""Sending webhook deliveries: one HTTP try at a time, the retry policy, the sweep, redelivery.
+"""Sending webhook deliveries: one HTTP try at a time, the retry policy, what the sweep finds due.
 
 Policy (docs/webhooks.md "Retries"), settings in portal/settings.py:
 
-- POST the event's JSON body with the signed headers (``vmrequests/webhooks/signing.py``), a timeout of
+- POST the event's JSON body with the signed headers (``webhooks/signing.py``), a timeout of
   ``PORTAL_WEBHOOK_TIMEOUT`` seconds (connect and each read), redirects not followed.
 - 2xx: succeeded. 429, 5xx, timeouts and connection errors: retried after
   ``PORTAL_WEBHOOK_RETRY_BASE_SECONDS`` × 2^(tries − 1) seconds, at most an hour, minus up to 20 %
@@ -18,6 +18,9 @@ Concurrency: before sending, ``deliver`` *claims* the delivery with a compare-an
 succeeded or failed delivery is never sent again. Delivery is at-least-once: a worker killed
 after the POST but before recording it leaves the claim to expire and the sweep sends the event
 again (same ``X-Portal-Webhook-Id``, so receivers de-duplicate on it).
+
+Messages are sent by ``webhooks/tasks.py`` (``enqueue``, the tasks); new deliveries are made by
+``webhooks/events.py`` (``publish``, ``redeliver``). This module imports neither.
 """
 
 from __future__ import annotations
@@ -38,11 +41,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from vmrequests.webhooks import signing
-from vmrequests.webhooks.choices import OPEN_DELIVERY_STATES, DeliveryStatus
-from vmrequests.webhooks.models import WebhookAttempt, WebhookDelivery
+from webhooks import signing
+from webhooks.choices import OPEN_DELIVERY_STATES, DeliveryStatus
+from webhooks.models import WebhookAttempt, WebhookDelivery
 
-log = logging.getLogger("vmrequests.webhooks")
+log = logging.getLogger("webhooks")
 
 #: Longest delay between two tries, and the cap on a receiver's Retry-After (seconds).
 MAX_BACKOFF_SECONDS = 3600
@@ -217,105 +220,121 @@ def deliver(delivery_id: int, *, now: datetime | None = None) -> Outcome:
     if delivery is None:
         log.warning("webhook delivery %s does not exist", delivery_id)
         return Outcome(delivery_id, "missing", "")
+    refused = _claim(delivery, now)
+    if refused is not None:
+        return refused
+    number = delivery.attempts + 1
+    result = _post_signed(delivery, now)
+    done = now + timedelta(milliseconds=result.duration_ms)
+    status, error, retry_in = _judge(result, number, done)
+    _record(delivery, number, now, result, status=status, error=error, retry_in=retry_in)
+    log.info(
+        "webhook delivery %s (%s → %s) try %d: %s%s",
+        delivery_id,
+        delivery.event.type,
+        delivery.endpoint.name,
+        number,
+        result.status_code if result.status_code is not None else result.error,
+        f", retry in {retry_in} s" if retry_in is not None else f", {status}",
+    )
+    return Outcome(delivery_id, "sent", status, number, result.status_code, retry_in)
+
+
+def _claim(delivery: WebhookDelivery, now: datetime) -> Outcome | None:
+    """Claim ``delivery`` for one try (compare-and-swap on ``attempts``, ``next_attempt_at`` moved
+    past the try's longest duration); None when this caller won, else why not (``skipped``:
+    succeeded or failed already, ``inactive``: its endpoint is off, now failed, ``not_due``,
+    ``lost``: another caller claimed it)."""
+    pk = delivery.pk
     if delivery.status not in OPEN_DELIVERY_STATES:
-        return Outcome(delivery_id, "skipped", delivery.status, delivery.attempts or None)
-    endpoint, event = delivery.endpoint, delivery.event
-    if not endpoint.active:
-        WebhookDelivery.objects.filter(pk=delivery_id, status__in=OPEN_DELIVERY_STATES).update(
+        return Outcome(pk, "skipped", delivery.status, delivery.attempts or None)
+    if not delivery.endpoint.active:
+        WebhookDelivery.objects.filter(pk=pk, status__in=OPEN_DELIVERY_STATES).update(
             status=DeliveryStatus.FAILED,
             next_attempt_at=None,
             last_error="endpoint is inactive",
             updated=now,
         )
-        return Outcome(delivery_id, "inactive", DeliveryStatus.FAILED)
+        return Outcome(pk, "inactive", DeliveryStatus.FAILED)
     due_by = now + timedelta(seconds=DUE_SLACK_SECONDS)
     if delivery.next_attempt_at is not None and delivery.next_attempt_at > due_by:
-        return Outcome(delivery_id, "not_due", delivery.status)
-    timeout = timeout_seconds()
+        return Outcome(pk, "not_due", delivery.status)
     won = (
-        WebhookDelivery.objects.filter(pk=delivery_id, status=delivery.status, attempts=delivery.attempts)
+        WebhookDelivery.objects.filter(pk=pk, status=delivery.status, attempts=delivery.attempts)
         .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=due_by))
-        .update(next_attempt_at=now + timedelta(seconds=timeout + CLAIM_MARGIN_SECONDS), updated=now)
+        .update(
+            next_attempt_at=now + timedelta(seconds=timeout_seconds() + CLAIM_MARGIN_SECONDS), updated=now
+        )
     )
-    if not won:
-        return Outcome(delivery_id, "lost", delivery.status)
+    return None if won else Outcome(pk, "lost", delivery.status)
 
-    number = delivery.attempts + 1
+
+def _post_signed(delivery: WebhookDelivery, now: datetime) -> HttpResult:
+    """POST the event's body to the endpoint with the signed headers (timestamp ``now``)."""
+    event = delivery.event
     body = encode_body(event.payload)
     headers = {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
-        **signing.signed_headers(endpoint.secret, str(event.id), event.type, int(now.timestamp()), body),
+        **signing.signed_headers(
+            delivery.endpoint.secret, str(event.id), event.type, int(now.timestamp()), body
+        ),
     }
-    result = post(endpoint.url, body, headers, timeout)
-    done = now + timedelta(milliseconds=result.duration_ms)
+    return post(delivery.endpoint.url, body, headers, timeout_seconds())
 
+
+def _judge(result: HttpResult, number: int, done: datetime) -> tuple[str, str, int | None]:
+    """The policy (module docstring) applied to try ``number``'s answer, ended at ``done``.
+
+    Returns:
+        ``(status, error, retry_in)``: the delivery's new status, its ``last_error`` and the
+        seconds until the next try (None: no retry).
+    """
     code = result.status_code
-    retry_in: int | None = None
     if code is not None and 200 <= code <= 299:
-        status, error = DeliveryStatus.SUCCEEDED, ""
+        return DeliveryStatus.SUCCEEDED, "", None
+    if code is not None:
+        error, retryable = f"HTTP {code}", is_retryable_status(code)
     else:
-        if code is not None:
-            error, retryable = f"HTTP {code}", is_retryable_status(code)
-        else:
-            error, retryable = result.error, not result.permanent
-        if retryable and number < max_attempts():
-            status = DeliveryStatus.RETRYING
-            hinted = retry_after_seconds(result.retry_after, done) if code in (429, 503) else None
-            retry_in = hinted if hinted is not None else backoff_seconds(number)
-        else:
-            status = DeliveryStatus.FAILED
-            if retryable:
-                error = f"{error} (gave up after {number} attempts)"
-    next_attempt_at = done + timedelta(seconds=retry_in) if retry_in is not None else None
+        error, retryable = result.error, not result.permanent
+    if retryable and number < max_attempts():
+        hinted = retry_after_seconds(result.retry_after, done) if code in (429, 503) else None
+        return DeliveryStatus.RETRYING, error, hinted if hinted is not None else backoff_seconds(number)
+    if retryable:
+        error = f"{error} (gave up after {number} attempts)"
+    return DeliveryStatus.FAILED, error, None
+
+
+def _record(
+    delivery: WebhookDelivery,
+    number: int,
+    now: datetime,
+    result: HttpResult,
+    *,
+    status: str,
+    error: str,
+    retry_in: int | None,
+) -> None:
+    """Write the try's ``WebhookAttempt`` and the delivery's new state in one transaction."""
+    done = now + timedelta(milliseconds=result.duration_ms)
     with transaction.atomic():
         WebhookAttempt.objects.create(
             delivery=delivery,
             number=number,
             started_at=now,
             duration_ms=result.duration_ms,
-            status_code=code,
+            status_code=result.status_code,
             response_excerpt=result.excerpt,
             error=result.error,
         )
-        WebhookDelivery.objects.filter(pk=delivery_id).update(
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(
             status=status,
             attempts=number,
-            next_attempt_at=next_attempt_at,
-            last_status_code=code,
+            next_attempt_at=done + timedelta(seconds=retry_in) if retry_in is not None else None,
+            last_status_code=result.status_code,
             last_error=error,
             updated=done,
         )
-    log.info(
-        "webhook delivery %s (%s → %s) try %d: %s%s",
-        delivery_id,
-        event.type,
-        endpoint.name,
-        number,
-        code if code is not None else result.error,
-        f", retry in {retry_in} s" if retry_in is not None else f", {status}",
-    )
-    return Outcome(delivery_id, "sent", status, number, code, retry_in)
-
-
-def enqueue(delivery_id: int, countdown: int | None = None) -> bool:
-    """Send a ``vmrequests.webhook_deliver`` message (after ``countdown`` seconds). Never raises: a broker
-    that is down is logged, and the sweep sends the delivery later.
-
-    Returns:
-        True when the message was handed to the broker.
-    """
-    from vmrequests import tasks
-
-    try:
-        if countdown is None:
-            tasks.webhook_deliver.apply_async((delivery_id,), retry=False)
-        else:
-            tasks.webhook_deliver.apply_async((delivery_id,), countdown=countdown, retry=False)
-    except Exception:
-        log.warning("could not enqueue webhook delivery %s; the sweep will", delivery_id, exc_info=True)
-        return False
-    return True
 
 
 def due_deliveries(now: datetime | None = None, limit: int = SWEEP_BATCH) -> list[int]:
@@ -327,24 +346,3 @@ def due_deliveries(now: datetime | None = None, limit: int = SWEEP_BATCH) -> lis
         .order_by("next_attempt_at", "pk")
         .values_list("pk", flat=True)[:limit]
     )
-
-
-def sweep(now: datetime | None = None) -> int:
-    """Enqueue every overdue delivery (``due_deliveries``): messages lost while the broker was
-    down, retries whose message vanished, tries whose worker died. Returns how many were enqueued."""
-    return sum(enqueue(pk) for pk in due_deliveries(now))
-
-
-def redeliver(delivery: WebhookDelivery) -> WebhookDelivery:
-    """Create a new pending delivery of the same event to the same endpoint (same event ID and
-    body, freshly signed) and enqueue it when the transaction commits.
-
-    Returns:
-        The new delivery (``redelivery_of`` = ``delivery``).
-    """
-    new = WebhookDelivery.objects.create(
-        endpoint_id=delivery.endpoint_id, event_id=delivery.event_id, redelivery_of=delivery
-    )
-    pk = new.pk
-    transaction.on_commit(lambda: enqueue(pk))
-    return new

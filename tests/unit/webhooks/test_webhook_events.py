@@ -1,5 +1,5 @@
 """From a request's status change or a failed sync to webhook events and deliveries
-(vmrequests/webhooks/events.py): the payload as the API shows the request, one event per status change,
+(webhooks/events.py): the payload as the API shows the request, one event per status change,
 endpoint filters, and that no webhook problem ever breaks the change itself."""
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from portal import k8s
 from tests.factories import portal_user
 from tests.vmrequest_factories import stored_image, stored_request, stored_team
 from tests.webhook_factories import stored_endpoint
-from vmrequests import tasks
 from vmrequests.api.serializers import VMRequestEventSerializer, VMRequestSerializer
 from vmrequests.models import VMRequest, VMRequestEvent
-from vmrequests.webhooks import delivery, events
-from vmrequests.webhooks.models import WebhookDelivery, WebhookEvent
+from webhooks import delivery, events, tasks
+from webhooks.models import WebhookDelivery, WebhookEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -184,7 +183,7 @@ def test_a_failing_webhook_never_breaks_the_status_change(
 
     monkeypatch.setattr(events, "request_data", broken)
     with (
-        caplog.at_level(logging.ERROR, logger="vmrequests.webhooks"),
+        caplog.at_level(logging.ERROR, logger="webhooks"),
         django_capture_on_commit_callbacks(execute=True),
     ):
         world.req.approve(world.apa)
@@ -206,7 +205,7 @@ def test_a_dead_broker_never_breaks_the_status_change_and_the_sweep_catches_up(
 
     monkeypatch.setattr(tasks.webhook_deliver, "apply_async", broker_down)
     with (
-        caplog.at_level(logging.WARNING, logger="vmrequests.webhooks"),
+        caplog.at_level(logging.WARNING, logger="webhooks"),
         django_capture_on_commit_callbacks(execute=True),
     ):
         world.req.approve(world.apa)
@@ -229,7 +228,7 @@ def test_a_failed_sync_is_an_event(
 ) -> None:
     endpoint = stored_endpoint("inventory", event_types=["inventory.sync_failed"])
     stored_endpoint("requests", event_types=["vm_request.*"])
-    monkeypatch.setattr(sync, "take_snapshot", _cluster_down)
+    monkeypatch.setattr(sync.run, "take_snapshot", _cluster_down)
     with django_capture_on_commit_callbacks(execute=True):
         run = sync.run_sync("manual")
     assert run.status == "failed"
@@ -256,13 +255,13 @@ def test_a_failing_webhook_never_breaks_the_sync(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     stored_endpoint()
-    monkeypatch.setattr(sync, "take_snapshot", _cluster_down)
+    monkeypatch.setattr(sync.run, "take_snapshot", _cluster_down)
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("database is locked")
 
     monkeypatch.setattr(events, "publish", broken)
-    with caplog.at_level(logging.ERROR, logger="vmrequests.webhooks"):
+    with caplog.at_level(logging.ERROR, logger="webhooks"):
         run = sync.run_sync("manual")
     assert run.status == "failed" and run.error.startswith("cannot read the cluster")
     assert f"could not record webhook event for sync run {run.pk}" in caplog.text
@@ -288,7 +287,7 @@ def test_sync_events_mark_the_start_and_end_of_a_failure_streak(
             return _cluster_down()
         return sync.Snapshot("v1.37.2", [], [], [], None, [], "", None)
 
-    monkeypatch.setattr(sync, "take_snapshot", snapshot)
+    monkeypatch.setattr(sync.run, "take_snapshot", snapshot)
     statuses = []
     for _ in range(6):
         with django_capture_on_commit_callbacks(execute=True):
