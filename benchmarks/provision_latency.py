@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
                 took = time.monotonic() - t0
                 req.refresh_from_db()
                 body = vmi_manifest(req, RESOURCE)
-                approval.release(req, boss, "bench round done")
+                approval.release(req, analyst, "bench round done")
                 delete_and_wait(req.vmi_name)
                 wait_until(
                     functools.partial(has_status, req.pk, "deleted"),

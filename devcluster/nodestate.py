@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from devcluster import labels as dlabels
 from devcluster.naming import (
     RESOURCE_PREFIX,
     GpuModel,
@@ -32,12 +33,12 @@ ANN_GPUS = SIM_PREFIX + "gpus"
 ANN_STALE = SIM_PREFIX + "stale-resources"
 """Simulator-only annotation: JSON ``{"nvidia.com/gpu": "0"}``, zero-valued leftovers kubelet keeps advertising."""
 
-LABEL_WORKLOAD = "nvidia.com/gpu.workload.config"
-LABEL_GPU_PRESENT = "nvidia.com/gpu.present"
-LABEL_VGPU_CONFIG = "nvidia.com/vgpu.config"
-LABEL_VGPU_STATE = "nvidia.com/vgpu.config.state"
+LABEL_WORKLOAD = dlabels.GPU_WORKLOAD_CONFIG
+LABEL_GPU_PRESENT = dlabels.GPU_PRESENT
+LABEL_VGPU_CONFIG = dlabels.VGPU_CONFIG
+LABEL_VGPU_STATE = dlabels.VGPU_CONFIG_STATE
 LABEL_NFD_PCI = "feature.node.kubernetes.io/pci-10de.present"
-DEPLOY = "nvidia.com/gpu.deploy."
+DEPLOY = dlabels.GPU_DEPLOY_PREFIX
 PAUSED = "paused-for-vgpu-change"
 
 MODES = ("container", "vm-passthrough", "vm-vgpu")
@@ -149,9 +150,9 @@ def inventory_annotation(model_key: str, count: int, vgpu_config: str | None = N
 def gfd_labels(model: GpuModel, count: int) -> dict[str, str]:
     """GFD labels of a container-mode node (k8s-device-plugin GFD "Generated Labels", DOMAIN.md §4)."""
     return {
-        "nvidia.com/gpu.product": gfd_product(model.nvml_name),
-        "nvidia.com/gpu.count": str(count),
-        "nvidia.com/gpu.memory": str(model.memory_mib),
+        dlabels.GFD_PRODUCT: gfd_product(model.nvml_name),
+        dlabels.GFD_COUNT: str(count),
+        dlabels.GFD_MEMORY: str(model.memory_mib),
         "nvidia.com/gpu.family": gfd_family(model.compute_capability),
         "nvidia.com/gpu.compute.major": str(model.compute_capability[0]),
         "nvidia.com/gpu.compute.minor": str(model.compute_capability[1]),

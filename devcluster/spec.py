@@ -24,6 +24,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from devcluster import labels as dlabels
 from devcluster import nodestate as ns
 from devcluster.naming import (
     GPU_MODELS,
@@ -332,7 +333,7 @@ def _node_spec(raw: dict[str, Any], shared_dir: Path, index: int) -> NodeSpec:
         base = {"capacity": dict(res), "allocatable": dict(res)}
     stale.update({k: str(v) for k, v in (raw.get("staleResources") or {}).items()})
     labels.update({k: str(v) for k, v in (raw.get("labels") or {}).items()})
-    labels["kubernetes.io/hostname"] = name
+    labels[dlabels.HOSTNAME] = name
     labels.setdefault("kubernetes.io/os", "linux")
     labels.setdefault("kubernetes.io/arch", "amd64")
     pods = []

@@ -1,7 +1,7 @@
 """Django admin for the inventory: reservations, view only.
 
-A ``Reservation`` is written and deleted only by the approval service and the request's
-transitions (``vmrequests/approval.py``, ``VMRequest._transition``), under the approval lock, so
+A ``Reservation`` is written and deleted only through ``gpuinventory/reservations.py`` (by the
+approval service under the approval lock, the request's transitions and the worker), so
 the admin shows them (with whether the capacity service still counts them) but never edits them.
 """
 

@@ -1,6 +1,6 @@
 """Inventory tables: what the last sync saw in the cluster.
 
-The sync (``gpuinventory/sync.py``) is the only writer. Rows are never hard-deleted when a node
+The sync (``gpuinventory/sync/``) is the only writer. Rows are never hard-deleted when a node
 disappears: ``present`` turns false and ``last_seen`` keeps the time it was last listed
 (CONVENTIONS "Models, state and audit").
 """
@@ -203,7 +203,7 @@ class SyncRun(models.Model):
         ordering = ["-started"]
         get_latest_by = "started"
         constraints = [
-            # The sync's overlap lock: at most one run is "running" (gpuinventory/sync.py).
+            # The sync's overlap lock: at most one run is "running" (gpuinventory/sync/run.py).
             models.UniqueConstraint(
                 fields=["status"], condition=models.Q(status="running"), name="syncrun_single_running"
             )
@@ -230,8 +230,9 @@ class SyncRun(models.Model):
 class Reservation(models.Model):
     """Devices promised to an approved request whose VMI's launcher pod is not bound yet.
 
-    Written by the approval service (``vmrequests/approval.py``) under row locks, deleted when
-    the request ends. The capacity service (``gpuinventory/capacity.py``) counts ``count``
+    Written only through ``gpuinventory/reservations.py`` (reserved by the approval service under
+    its lock, released when the request ends, re-profile marks by the worker). The capacity
+    service (``gpuinventory/capacity/``) counts ``count``
     devices of ``resource_name`` on ``node`` as used while the reservation is *active*: no
     ``GpuConsumer`` (a bound, non-terminal pod) yet carries ``vmi_name`` in ``vmi_namespace``.
     Once the launcher pod is bound, the sync records it as a consumer and the devices are counted

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from gpuinventory.choices import ModeSource, WorkloadMode
 from gpuinventory.flags import Flag, flag
 from portal.k8s import ClusterPolicyInfo
+from portal.labels import GPU_DEPLOY_PREFIX as DEPLOY_PREFIX
+from portal.labels import GPU_PRESENT as GPU_PRESENT_LABEL
+from portal.labels import GPU_WORKLOAD_CONFIG as WORKLOAD_LABEL
 
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
-WORKLOAD_LABEL = "nvidia.com/gpu.workload.config"
-DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
 OPERANDS_LABEL = DEPLOY_PREFIX + "operands"
 VALID_MODES = frozenset(m.value for m in WorkloadMode)
 

@@ -2,7 +2,7 @@
 
 ``derive_node`` combines the rules of ``modes``, ``naming``, ``vgpuconfig`` and ``permitted`` into
 plain dataclasses that map 1:1 onto ``GpuNode``, ``GpuResource`` and ``GpuConsumer``
-(gpuinventory/models.py), so ``sync.py`` can compare them with the stored rows and write only
+(gpuinventory/models.py), so the sync (``gpuinventory/sync/``) can compare them with the stored rows and write only
 what changed. Pure: no ORM, no Kubernetes.
 
 Counting rules (DOMAIN.md §2 "Allocatable is not free", pitfalls 5 and 6; kubevirt/kubevirt#13359):
@@ -21,6 +21,7 @@ from typing import Any
 
 from gpuinventory.choices import ModeSource, ResourceKind, WorkloadMode
 from gpuinventory.flags import Flag, flag
+from gpuinventory.identity import GpuIdentity, identify_gpus
 from gpuinventory.modes import VGPU_PAUSED, decide_mode, deploy_labels
 from gpuinventory.naming import (
     KATA_RESOURCES,
@@ -28,29 +29,28 @@ from gpuinventory.naming import (
     ModelSource,
     ResourceInfo,
     classify_resource,
-    identify_gpus,
     resolve_bare_id,
 )
 from gpuinventory.permitted import permitted_state, resource_flags
 from gpuinventory.vgpuconfig import ConfigEntry, config_types, uniform_instances_for_family
 from portal.k8s import ClusterPolicyInfo, KubeVirtInfo, NodeInfo, PodInfo
-
-VGPU_CONFIG_LABEL = "nvidia.com/vgpu.config"
-VGPU_CONFIG_STATE_LABEL = "nvidia.com/vgpu.config.state"
+from portal.k8s.quantity import parse_count
+from portal.labels import HOSTNAME, KUBEVIRT_APP, KUBEVIRT_VM_NAME, NFD_IOMMU_ENABLED, VIRT_LAUNCHER
+from portal.labels import VGPU_CONFIG as VGPU_CONFIG_LABEL
+from portal.labels import VGPU_CONFIG_STATE as VGPU_CONFIG_STATE_LABEL
 
 #: Labels kept on ``GpuNode.labels`` (the GPU-related ones; DOMAIN.md §1, §3, §4).
 _KEPT_LABEL_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/pci-10de")
-_KEPT_LABELS = frozenset({"kubernetes.io/hostname", "feature.node.kubernetes.io/iommu-enabled"})
-
-_SI = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+_KEPT_LABELS = frozenset({HOSTNAME, NFD_IOMMU_ENABLED})
 
 
-def parse_count(quantity: str) -> int | None:
-    """A device count from a Kubernetes quantity string (``"8"``, ``"1k"``); None if not whole."""
-    m = re.fullmatch(r"\s*([0-9]+)([kMGT]|[KMG]i)?\s*", quantity)
-    if not m:
+def _count(quantity: str) -> int | None:
+    """A device count from a quantity string (``portal.k8s.quantity.parse_count``); None when it is
+    not a whole, non-negative number (the caller flags ``unparsed_quantity``)."""
+    try:
+        return parse_count(quantity)
+    except ValueError:
         return None
-    return int(m.group(1)) * _SI[m.group(2) or ""]
 
 
 def vgpu_reconfiguring(mode: WorkloadMode | str, labels: Mapping[str, str]) -> bool:
@@ -207,9 +207,9 @@ def vmi_name_for(pod: PodInfo) -> str:
     (its name unless ``spec.hostname`` is set; the label is deprecated). Without that label the
     name is taken from the pod name ``virt-launcher-<vmi>-<5 chars>`` (KubeVirt's generateName).
     """
-    if pod.labels.get("kubevirt.io") != "virt-launcher":
+    if pod.labels.get(KUBEVIRT_APP) != VIRT_LAUNCHER:
         return ""
-    name = pod.labels.get("vm.kubevirt.io/name", "")
+    name = pod.labels.get(KUBEVIRT_VM_NAME, "")
     if name:
         return name
     m = re.fullmatch(r"virt-launcher-(.+)-[a-z0-9]{5}", pod.name)
@@ -251,138 +251,20 @@ def derive_node(
         return None
     mode = decision.mode
     flags: list[Flag] = list(decision.flags)
-
-    # --- resources ---------------------------------------------------------------------------
-    used: dict[str, int] = {}
-    consumers: list[DerivedConsumer] = []
-    for pod in pods:
-        vmi = vmi_name_for(pod)
-        for rname, count in pod.requests.items():
-            if count <= 0 or classify_resource(rname) is None:
-                continue
-            used[rname] = used.get(rname, 0) + count
-            consumers.append(DerivedConsumer(rname, count, pod.namespace, pod.name, vmi))
-
-    resources: list[DerivedResource] = []
-    advertised: list[tuple[ResourceInfo, int]] = []
     kata_mode = policy is not None and policy.sandbox_mode == "kata"
-    names = sorted(set(node.capacity) | set(node.allocatable) | set(used))
-    for rname in names:
-        if rname in KATA_RESOURCES:
-            count = parse_count(node.allocatable.get(rname, "0")) or 0
-            if count and not kata_mode:
-                flags.append(flag("kata_resource", resource=rname, count=count))
-            continue
-        info = classify_resource(rname)
-        if info is None:
-            continue
-        info = resolve_bare_id(info, kubevirt)
-        alloc_raw = node.allocatable.get(rname)
-        cap_raw = node.capacity.get(rname, alloc_raw)
-        allocatable = parse_count(alloc_raw) if alloc_raw is not None else 0
-        capacity = parse_count(cap_raw) if cap_raw is not None else allocatable
-        for raw, parsed in ((alloc_raw, allocatable), (cap_raw, capacity)):
-            if raw is not None and parsed is None:
-                flags.append(flag("unparsed_quantity", resource=rname, value=raw))
-                break
-        allocatable, capacity = allocatable or 0, capacity or 0
-        stale = allocatable == 0 and capacity == 0
-        if stale and (alloc_raw is not None or cap_raw is not None):
-            flags.append(flag("stale_resource", resource=rname))
-        if capacity > allocatable:
-            flags.append(
-                flag("devices_unhealthy", resource=rname, capacity=capacity, allocatable=allocatable)
-            )
-        if not stale:
-            advertised.append((info, allocatable))
-            if KIND_MODE[info.kind] != mode:
-                flags.append(
-                    flag(
-                        "resource_other_mode",
-                        resource=rname,
-                        count=allocatable,
-                        kind=str(info.kind),
-                        mode=str(mode),
-                    )
-                )
-            flags.extend(resource_flags(info, kubevirt))
-            if info.kind == ResourceKind.VGPU and not info.series:
-                flags.append(flag("vgpu_type_unparsed", resource=rname, vgpu_type=info.vgpu_type))
-        resources.append(
-            DerivedResource(
-                name=rname,
-                kind=info.kind,
-                model=info.model,
-                pci_device_id=info.pci_device_id,
-                vgpu_type=info.vgpu_type,
-                framebuffer_gb=info.framebuffer_gb,
-                series=info.series,
-                capacity=capacity,
-                allocatable=allocatable,
-                used=used.get(rname, 0),
-                stale=stale,
-                permitted=permitted_state(info, kubevirt),
-            )
-        )
-
-    # --- vGPU config (DOMAIN.md §3) -----------------------------------------------------------
+    used, consumers = _pod_usage(pods)
+    resources, advertised = _derive_resources(node, used, mode, kata_mode, kubevirt, flags)
     vgpu_label = node.labels.get(VGPU_CONFIG_LABEL, "")
     vgpu_state = node.labels.get(VGPU_CONFIG_STATE_LABEL, "")
-    effective, _raw = _effective_vgpu_config(node.labels, policy)
-    entries: Sequence[ConfigEntry] | None = None
-    if mode == WorkloadMode.VM_VGPU:
-        if vgpu_state == "pending":
-            flags.append(flag("vgpu_config_pending", config=effective))
-        elif vgpu_state == "failed":
-            flags.append(flag("vgpu_config_failed", config=effective))
-        if vgpu_configs is not None:
-            entries = vgpu_configs.get(effective)
-            if entries is None:
-                flags.append(
-                    flag(
-                        "vgpu_config_unknown",
-                        config=effective,
-                        config_map=policy.vgpu_config_name if policy else "default-vgpu-devices-config",
-                    )
-                )
-
-    # --- GPU identity (DOMAIN.md §4) ----------------------------------------------------------
-    per_gpu = None
-    if entries is not None:
-        families = {i.vgpu_family for i, _ in advertised if i.kind == ResourceKind.VGPU}
-        if len(families) == 1:
-            per_gpu = uniform_instances_for_family(entries, families.pop())
-    identity = identify_gpus(
-        mode,
-        node.labels,
-        node.annotations,
-        advertised,
-        config_types=config_types(entries) if entries else (),
-        per_gpu_instances=per_gpu,
-    )
-    if vgpu_reconfiguring(mode, node.labels):
-        flags.extend(f for f in identity.flags if f["code"] not in _IDENTITY_UNKNOWN_FLAGS)
-    else:
-        flags.extend(identity.flags)
+    entries = _vgpu_config_entries(node, mode, policy, vgpu_configs, flags)
+    identity = _identity(node, mode, advertised, entries, flags)
     if identity.source == ModelSource.GFD:
         # Container resources name no model; on a container node it is GFD's (DOMAIN.md §4).
         resources = [
             replace(r, model=identity.model) if KIND_MODE[r.kind] == WorkloadMode.CONTAINER else r
             for r in resources
         ]
-
-    # --- nothing advertised for the mode ------------------------------------------------------
-    own_kinds = [i for i, _ in advertised if KIND_MODE[i.kind] == mode]
-    if not own_kinds:
-        if mode == WorkloadMode.VM_PASSTHROUGH and not kata_mode:
-            flags.append(flag("passthrough_no_devices"))
-        elif mode == WorkloadMode.VM_VGPU and vgpu_state != "pending" and not kata_mode:
-            flags.append(flag("vgpu_no_devices", state=vgpu_state or "-"))
-        elif mode == WorkloadMode.CONTAINER:
-            flags.append(flag("container_no_devices"))
-    if mode != WorkloadMode.CONTAINER and kubevirt is None:
-        flags.append(flag("kubevirt_missing", mode=str(mode)))
-
+    flags.extend(_missing_device_flags(mode, advertised, vgpu_state, kata_mode, kubevirt))
     return DerivedNode(
         name=node.name,
         uid=node.uid,
@@ -403,6 +285,185 @@ def derive_node(
         resources=tuple(resources),
         consumers=tuple(sorted(consumers, key=lambda c: (c.resource_name, c.pod_namespace, c.pod_name))),
     )
+
+
+def _pod_usage(pods: Sequence[PodInfo]) -> tuple[dict[str, int], list[DerivedConsumer]]:
+    """``used`` per GPU resource (Σ requests of the node's pods) and one consumer per pod and resource."""
+    used: dict[str, int] = {}
+    consumers: list[DerivedConsumer] = []
+    for pod in pods:
+        vmi = vmi_name_for(pod)
+        for rname, count in pod.requests.items():
+            if count <= 0 or classify_resource(rname) is None:
+                continue
+            used[rname] = used.get(rname, 0) + count
+            consumers.append(DerivedConsumer(rname, count, pod.namespace, pod.name, vmi))
+    return used, consumers
+
+
+def _derive_resources(
+    node: NodeInfo,
+    used: Mapping[str, int],
+    mode: WorkloadMode,
+    kata_mode: bool,
+    kubevirt: KubeVirtInfo | None,
+    flags: list[Flag],
+) -> tuple[list[DerivedResource], list[tuple[ResourceInfo, int]]]:
+    """Every GPU resource the node advertises or its pods use (DOMAIN.md §2), and the non-stale
+    ones as ``(info, allocatable)``; oddities are appended to ``flags``."""
+    resources: list[DerivedResource] = []
+    advertised: list[tuple[ResourceInfo, int]] = []
+    for rname in sorted(set(node.capacity) | set(node.allocatable) | set(used)):
+        if rname in KATA_RESOURCES:
+            count = _count(node.allocatable.get(rname, "0")) or 0
+            if count and not kata_mode:
+                flags.append(flag("kata_resource", resource=rname, count=count))
+            continue
+        info = classify_resource(rname)
+        if info is None:
+            continue
+        info = resolve_bare_id(info, kubevirt)
+        resource = _derive_resource(node, info, used.get(rname, 0), mode, kubevirt, flags)
+        resources.append(resource)
+        if not resource.stale:
+            advertised.append((info, resource.allocatable))
+    return resources, advertised
+
+
+def _derive_resource(
+    node: NodeInfo,
+    info: ResourceInfo,
+    used: int,
+    mode: WorkloadMode,
+    kubevirt: KubeVirtInfo | None,
+    flags: list[Flag],
+) -> DerivedResource:
+    """One GPU resource of the node: capacity and allocatable parsed (stale when both are 0),
+    with its flags (unparsed quantity, stale, unhealthy devices, other mode, permitted, vGPU type)."""
+    rname = info.name
+    alloc_raw = node.allocatable.get(rname)
+    cap_raw = node.capacity.get(rname, alloc_raw)
+    allocatable = _count(alloc_raw) if alloc_raw is not None else 0
+    capacity = _count(cap_raw) if cap_raw is not None else allocatable
+    for raw, parsed in ((alloc_raw, allocatable), (cap_raw, capacity)):
+        if raw is not None and parsed is None:
+            flags.append(flag("unparsed_quantity", resource=rname, value=raw))
+            break
+    allocatable, capacity = allocatable or 0, capacity or 0
+    stale = allocatable == 0 and capacity == 0
+    if stale and (alloc_raw is not None or cap_raw is not None):
+        flags.append(flag("stale_resource", resource=rname))
+    if capacity > allocatable:
+        flags.append(flag("devices_unhealthy", resource=rname, capacity=capacity, allocatable=allocatable))
+    if not stale:
+        if KIND_MODE[info.kind] != mode:
+            flags.append(
+                flag(
+                    "resource_other_mode",
+                    resource=rname,
+                    count=allocatable,
+                    kind=str(info.kind),
+                    mode=str(mode),
+                )
+            )
+        flags.extend(resource_flags(info, kubevirt))
+        if info.kind == ResourceKind.VGPU and not info.series:
+            flags.append(flag("vgpu_type_unparsed", resource=rname, vgpu_type=info.vgpu_type))
+    return DerivedResource(
+        name=rname,
+        kind=info.kind,
+        model=info.model,
+        pci_device_id=info.pci_device_id,
+        vgpu_type=info.vgpu_type,
+        framebuffer_gb=info.framebuffer_gb,
+        series=info.series,
+        capacity=capacity,
+        allocatable=allocatable,
+        used=used,
+        stale=stale,
+        permitted=permitted_state(info, kubevirt),
+    )
+
+
+def _vgpu_config_entries(
+    node: NodeInfo,
+    mode: WorkloadMode,
+    policy: ClusterPolicyInfo | None,
+    vgpu_configs: Mapping[str, Sequence[ConfigEntry]] | None,
+    flags: list[Flag],
+) -> Sequence[ConfigEntry] | None:
+    """The entries of a vm-vgpu node's effective vGPU config (DOMAIN.md §3), None when unknown;
+    its state (pending, failed) and an unknown config are appended to ``flags``."""
+    if mode != WorkloadMode.VM_VGPU:
+        return None
+    effective, _raw = _effective_vgpu_config(node.labels, policy)
+    vgpu_state = node.labels.get(VGPU_CONFIG_STATE_LABEL, "")
+    if vgpu_state == "pending":
+        flags.append(flag("vgpu_config_pending", config=effective))
+    elif vgpu_state == "failed":
+        flags.append(flag("vgpu_config_failed", config=effective))
+    if vgpu_configs is None:
+        return None
+    entries = vgpu_configs.get(effective)
+    if entries is None:
+        flags.append(
+            flag(
+                "vgpu_config_unknown",
+                config=effective,
+                config_map=policy.vgpu_config_name if policy else "default-vgpu-devices-config",
+            )
+        )
+    return entries
+
+
+def _identity(
+    node: NodeInfo,
+    mode: WorkloadMode,
+    advertised: Sequence[tuple[ResourceInfo, int]],
+    entries: Sequence[ConfigEntry] | None,
+    flags: list[Flag],
+) -> GpuIdentity:
+    """The node's GPU model and count (DOMAIN.md §4); the identity's flags are appended to
+    ``flags``, except "unknown" ones while a vGPU re-profile explains them."""
+    per_gpu = None
+    if entries is not None:
+        families = {i.vgpu_family for i, _ in advertised if i.kind == ResourceKind.VGPU}
+        if len(families) == 1:
+            per_gpu = uniform_instances_for_family(entries, families.pop())
+    identity = identify_gpus(
+        mode,
+        node.labels,
+        node.annotations,
+        advertised,
+        config_types=config_types(entries) if entries else (),
+        per_gpu_instances=per_gpu,
+    )
+    if vgpu_reconfiguring(mode, node.labels):
+        flags.extend(f for f in identity.flags if f["code"] not in _IDENTITY_UNKNOWN_FLAGS)
+    else:
+        flags.extend(identity.flags)
+    return identity
+
+
+def _missing_device_flags(
+    mode: WorkloadMode,
+    advertised: Sequence[tuple[ResourceInfo, int]],
+    vgpu_state: str,
+    kata_mode: bool,
+    kubevirt: KubeVirtInfo | None,
+) -> list[Flag]:
+    """Flags for a node that advertises nothing of its mode, and a VM node without KubeVirt."""
+    flags: list[Flag] = []
+    if not any(KIND_MODE[i.kind] == mode for i, _ in advertised):
+        if mode == WorkloadMode.VM_PASSTHROUGH and not kata_mode:
+            flags.append(flag("passthrough_no_devices"))
+        elif mode == WorkloadMode.VM_VGPU and vgpu_state != "pending" and not kata_mode:
+            flags.append(flag("vgpu_no_devices", state=vgpu_state or "-"))
+        elif mode == WorkloadMode.CONTAINER:
+            flags.append(flag("container_no_devices"))
+    if mode != WorkloadMode.CONTAINER and kubevirt is None:
+        flags.append(flag("kubevirt_missing", mode=str(mode)))
+    return flags
 
 
 def _dedupe(flags: list[Flag]) -> list[Flag]:

@@ -1,15 +1,18 @@
-"""Fleet numbers of the dashboard and of ``/api/v1/inventory/summary/``, read from the stored inventory.
+"""Fleet numbers of the dashboard and of ``/api/v1/inventory/summary/``, from one ``CapacitySnapshot``.
 
-Counting rules (DOMAIN.md §2, "Allocatable is not free"): only present nodes count; per resource
-``total`` = Σ allocatable, ``used`` = Σ requests of non-terminal pods bound to the node (as stored
-by the sync); stale (zero-valued) entries are never counted.
+No arithmetic of its own: every device number is a ``capacity.Tally`` of the snapshot
+(docs/inventory.md §4): per mode, per GPU model of the nodes (``by_model``), per resource name
+(``by_resource``) and per vGPU type (``by_vgpu_type``). Only present nodes count; stale entries
+never count. ``free`` = requestable free devices with active reservations subtracted;
+``reserved`` = devices held by active reservations; ``free_unusable`` and
+``free_unusable_reasons`` (``{reason: devices}``, reasons ``capacity.UNUSABLE_REASONS``) = the
+free devices that cannot be requested now, so ``free + free_unusable`` =
+Σ max(0, allocatable − used − reserved).
 
-``free`` counts only *requestable* devices: Σ max(0, allocatable − used) over resources that
-``capacity.requestable()`` accepts (the same rule as the request form and ``free_by_resource``).
-Free devices that cannot be requested now are reported beside it: ``free_unusable`` (their sum)
-and ``free_unusable_reasons`` (``{reason: devices}``, reasons = ``capacity.UNUSABLE_REASONS``:
-node not ready / cordoned, vGPU reconfiguring, transitioning, resource of another mode, not
-permitted by KubeVirt), so ``free + free_unusable`` = the raw Σ max(0, allocatable − used).
+Device counts of different vGPU types (or MIG profiles) are different sizes, so each entry also
+carries ``gpu_equivalents`` (``{"total", "used", "reserved", "free", "unsized_devices"}`` in
+whole GPUs: frame buffer ÷ board memory, ``capacity.gpu_equivalent``); the dashboard shows a mode
+whose devices are not all whole GPUs per type plus its GPU-equivalents, never one "devices" sum.
 A fixed number of queries whatever the fleet size.
 """
 
@@ -17,36 +20,38 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from fractions import Fraction
 from typing import Any
 
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from gpuinventory.capacity import UNUSABLE_REASONS, unusable_reason
+from gpuinventory.capacity import CapacitySnapshot, ResourceRow, Tally
 from gpuinventory.choices import MODE_BADGE, ResourceKind, SyncStatus, WorkloadMode
-from gpuinventory.models import GpuNode, GpuResource, SyncRun
+from gpuinventory.models import GpuNode, SyncRun
 
 
-def _add_free(target: DeviceGroup | ModeSummary, free: int, reason: str) -> None:
-    """Add ``free`` devices to ``target.free`` (requestable) or to the unusable ones of ``reason``."""
-    if not free:
-        return
-    if not reason:
-        target.free += free
-        return
-    target.free_unusable += free
-    target.free_unusable_reasons[reason] = target.free_unusable_reasons.get(reason, 0) + free
+def _fill(target: DeviceGroup | ModeSummary, tally: Tally) -> None:
+    """Copy a snapshot ``Tally`` into a summary entry (the only source of its device numbers)."""
+    target.total, target.used, target.reserved, target.free = (
+        tally.allocatable,
+        tally.used,
+        tally.reserved,
+        tally.free,
+    )
+    target.free_unusable, target.free_unusable_reasons = tally.unusable, tally.ordered_reasons
+    target.gpu_equivalents = tally.gpu_equivalents()
 
 
 @dataclass
 class DeviceGroup:
-    """Devices of one mode grouped by GPU model (``by_model``) or by resource (``by_resource``).
+    """Devices of one mode grouped by GPU model (``by_model``), resource (``by_resource``) or vGPU
+    type (``by_vgpu_type``).
 
     ``label`` is what people call it: the GPU model, the vGPU type (``T4-8Q``), the passthrough
-    model, or the short container resource name (``gpu``, ``mig-1g.5gb``). ``free`` = requestable
-    free devices; ``free_unusable``/``free_unusable_reasons`` = the other free devices and why
-    (module docstring).
+    model, or the short container resource name (``gpu``, ``mig-1g.5gb``). Device numbers as in
+    the module docstring; ``nodes_with_free``/``max_free_on_one_node`` say where the free ones are.
     """
 
     label: str
@@ -60,11 +65,21 @@ class DeviceGroup:
     model: str = ""
     free_unusable: int = 0
     free_unusable_reasons: dict[str, int] = field(default_factory=dict)
+    reserved: int = 0
+    vgpu_type: str = ""
+    nodes_with_free: int = 0
+    max_free_on_one_node: int = 0
+    gpu_equivalents: dict[str, float | int] = field(default_factory=dict)
 
 
 @dataclass
 class ModeSummary:
-    """Nodes and devices of one workload mode (DOMAIN.md §1)."""
+    """Nodes and devices of one workload mode (DOMAIN.md §1).
+
+    ``uniform`` is True when every device of the mode is a whole GPU (passthrough, full container
+    GPUs): only then is one "devices" number meaningful; otherwise the page shows ``by_vgpu_type``
+    / ``by_resource`` per type and ``gpu_equivalents``.
+    """
 
     mode: str
     label: str
@@ -80,6 +95,10 @@ class ModeSummary:
     free_unusable_reasons: dict[str, int] = field(default_factory=dict)
     by_model: list[DeviceGroup] = field(default_factory=list)
     by_resource: list[DeviceGroup] = field(default_factory=list)
+    reserved: int = 0
+    uniform: bool = True
+    gpu_equivalents: dict[str, float | int] = field(default_factory=dict)
+    by_vgpu_type: list[DeviceGroup] = field(default_factory=list)
 
     @property
     def badge(self) -> str:
@@ -132,13 +151,6 @@ class InventorySummary:
         }
 
 
-def _order_reasons(target: DeviceGroup | ModeSummary) -> None:
-    """Put ``free_unusable_reasons`` in ``capacity.UNUSABLE_REASONS`` order (stable JSON)."""
-    target.free_unusable_reasons = {
-        k: target.free_unusable_reasons[k] for k in UNUSABLE_REASONS if k in target.free_unusable_reasons
-    }
-
-
 def resource_label(kind: str, name: str, model: str, vgpu_type: str, pci_device_id: str) -> str:
     """Return the short, human name of a resource (see :class:`DeviceGroup`)."""
     if kind == ResourceKind.VGPU and vgpu_type:
@@ -184,9 +196,9 @@ def sync_state(now: datetime | None = None) -> SyncState:
     )
 
 
-def inventory_summary(now: datetime | None = None) -> InventorySummary:
-    """Compute the per-mode numbers, by GPU model and by resource, in a fixed number of queries."""
-    modes = {mode.value: ModeSummary(mode=mode.value, label=str(mode.label)) for mode in WorkloadMode}
+def _node_counts(modes: dict[str, ModeSummary]) -> dict[tuple[str, str], DeviceGroup]:
+    """Per-mode node counts into ``modes``; the ``by_model`` groups with their nodes and GPUs
+    (two queries)."""
     present = GpuNode.objects.filter(present=True)
     for mode_row in present.values("workload_mode").annotate(
         n=Count("id"),
@@ -201,7 +213,6 @@ def inventory_summary(now: datetime | None = None) -> InventorySummary:
                 mode_row["flagged"],
                 mode_row["transitioning"],
             )
-
     by_model: dict[tuple[str, str], DeviceGroup] = {}
     for model_row in present.values("workload_mode", "gpu_model").annotate(
         n=Count("id"), gpus=Sum("gpu_count")
@@ -212,57 +223,72 @@ def inventory_summary(now: datetime | None = None) -> InventorySummary:
             nodes=model_row["n"],
             gpus=model_row["gpus"],
         )
+    return by_model
 
-    # One query; the per-row rule (capacity.unusable_reason) is applied in Python.
-    counted = (
-        GpuResource.objects.filter(node__present=True, stale=False)
-        .select_related("node")
-        .order_by("node__workload_mode", "name")
-    )
-    in_use: dict[str, set[int]] = {}
-    by_resource: dict[tuple[str, str], tuple[DeviceGroup, set[int], set[str], str, str]] = {}
-    for r in counted:
-        node = r.node
-        mode = node.workload_mode
-        summary = modes.get(mode)
-        if summary is None:
+
+def _resource_groups(snap: CapacitySnapshot, modes: dict[str, ModeSummary]) -> None:
+    """``by_resource`` and ``by_vgpu_type`` of every mode from the snapshot."""
+    firsts: dict[tuple[str, str], ResourceRow] = {}
+    models: dict[tuple[str, str], set[str]] = {}
+    for row in snap.rows:
+        firsts.setdefault((row.mode, row.resource_name), row)
+        models.setdefault((row.mode, row.resource_name), set()).add(row.model)
+    for key, tally in sorted(snap.by_resource().items()):
+        mode, name = key
+        if mode not in modes:
             continue
-        if r.used > 0:
-            in_use.setdefault(mode, set()).add(node.pk)
-        free = max(0, r.allocatable - r.used)
-        reason = unusable_reason(r, node) if free else ""
-        entry = by_resource.get((mode, r.name))
-        if entry is None:
-            entry = (DeviceGroup(label="", resource=r.name, kind=r.kind), set(), set(), "", "")
-        group, node_ids, models, vgpu_type, pci_id = entry
-        node_ids.add(node.pk)
-        models.add(r.model)
-        by_resource[(mode, r.name)] = (
-            group,
-            node_ids,
-            models,
-            max(vgpu_type, r.vgpu_type),
-            max(pci_id, r.pci_device_id),
-        )
-        for target in (group, summary, by_model.get((mode, node.gpu_model))):
-            if target is None:
-                continue
-            target.total += r.allocatable
-            target.used += r.used
-            _add_free(target, free, reason)
-    for mode, ids in in_use.items():
-        modes[mode].nodes_in_use = len(ids)
-    for (mode, _name), (group, node_ids, models, vgpu_type, pci_id) in by_resource.items():
+        first, names = firsts[key], models[key]
         # one resource name has one vGPU type / PCI ID; the model may differ (nvidia.com/gpu)
-        group.model = models.pop() if len(models) == 1 else ""
-        group.label = resource_label(group.kind, group.resource, group.model, vgpu_type, pci_id)
-        group.nodes = len(node_ids)
+        model = names.pop() if len(names) == 1 else ""
+        group = DeviceGroup(
+            label=resource_label(first.kind, name, model, first.vgpu_type, first.pci_device_id),
+            resource=name,
+            kind=first.kind,
+            model=model,
+            vgpu_type=first.vgpu_type,
+        )
+        _fill_group(group, tally)
         modes[mode].by_resource.append(group)
-    targets: list[DeviceGroup | ModeSummary] = [*modes.values(), *by_model.values()]
-    targets += [g for m in modes.values() for g in m.by_resource]
-    for target in targets:
-        _order_reasons(target)
+    for (mode, vgpu_type), tally in sorted(snap.by_vgpu_type().items()):
+        if mode in modes:
+            group = DeviceGroup(label=vgpu_type, kind=ResourceKind.VGPU, vgpu_type=vgpu_type)
+            _fill_group(group, tally)
+            modes[mode].by_vgpu_type.append(group)
 
+
+def _fill_group(group: DeviceGroup, tally: Tally) -> None:
+    _fill(group, tally)
+    group.nodes = len(tally.node_ids)
+    group.nodes_with_free = len(tally.nodes_with_free)
+    group.max_free_on_one_node = tally.max_free_on_one_node
+
+
+def inventory_summary(
+    now: datetime | None = None, snapshot: CapacitySnapshot | None = None
+) -> InventorySummary:
+    """The per-mode numbers, by GPU model, resource and vGPU type, in a fixed number of queries.
+
+    Args:
+        now: the time ages are measured at. snapshot: reuse a loaded fleet snapshot.
+    """
+    snap = snapshot or CapacitySnapshot()
+    modes = {mode.value: ModeSummary(mode=mode.value, label=str(mode.label)) for mode in WorkloadMode}
+    by_model = _node_counts(modes)
+    in_use: dict[str, set[int]] = {}
+    sizes: dict[str, set[Fraction | None]] = {}
+    for row in snap.rows:
+        if row.used > 0:
+            in_use.setdefault(row.mode, set()).add(row.node_id)
+        sizes.setdefault(row.mode, set()).add(row.gpu_equivalent)
+    for mode, summary in modes.items():
+        _fill(summary, snap.by_mode().get(mode) or Tally())
+        summary.nodes_in_use = len(in_use.get(mode, ()))
+        summary.uniform = sizes.get(mode, {Fraction(1)}) <= {Fraction(1)}
+    for (mode, model), tally in snap.by_model().items():
+        group = by_model.get((mode, model))
+        if group is not None:
+            _fill(group, tally)
+    _resource_groups(snap, modes)
     for (mode, _model), group in sorted(by_model.items(), key=lambda item: (item[0][0], item[0][1])):
         if mode in modes:
             modes[mode].by_model.append(group)

@@ -1,7 +1,8 @@
 """django-tables2 tables of the inventory pages (sortable; rendered by ``inc/table.html`` with htmx links).
 
-``GpuNodeTable`` expects the queryset of :func:`annotate_node_counts` (device totals per node,
-resources prefetched) so it renders any page size in a fixed number of queries.
+``GpuNodeTable`` expects the queryset of :func:`annotate_node_counts` (capacity sort keys,
+resources prefetched); the numbers it shows come from one ``CapacitySnapshot`` over the page's
+nodes (one more query), so it renders any page size in a fixed number of queries.
 """
 
 from __future__ import annotations
@@ -9,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_tables2 as tables
-from django.db.models import F, IntegerField, Prefetch, Q, QuerySet, Sum, Value
-from django.db.models.functions import Coalesce, Greatest
+from django.db.models import F, Prefetch, QuerySet
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
@@ -18,7 +18,8 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from gpuinventory.capacity import requestable_q
+from gpuinventory.capacity import CapacitySnapshot
+from gpuinventory.capacity.sorting import annotate_node_capacity
 from gpuinventory.choices import MODE_BADGE, ModeSource, WorkloadMode
 from gpuinventory.diagnostics import worst_severity
 from gpuinventory.models import GpuNode, GpuResource, PermittedDevice, VgpuConfig
@@ -41,28 +42,11 @@ def stable_order(queryset: QuerySet[GpuNode], fields: list[str]) -> QuerySet[Gpu
 
 
 def annotate_node_counts(queryset: QuerySet[GpuNode]) -> QuerySet[GpuNode]:
-    """Add ``devices_total``/``devices_used``/``devices_free`` (non-stale resources) and prefetch them.
-
-    ``devices_free`` counts only requestable devices (``capacity.requestable``: 0 on a cordoned,
-    not-ready, transitioning or re-profiling node, for a resource of another mode or one KubeVirt
-    does not permit); each resource's own ``free`` in the resources column stays the raw number.
-    """
-    counted = Q(resources__stale=False)
-    zero = Value(0)
-    return queryset.annotate(
-        devices_total=Coalesce(Sum("resources__allocatable", filter=counted), zero),
-        devices_used=Coalesce(Sum("resources__used", filter=counted), zero),
-        devices_free=Coalesce(
-            Sum(
-                Greatest(
-                    F("resources__allocatable") - F("resources__used"), zero, output_field=IntegerField()
-                ),
-                filter=requestable_q("resources__", ""),
-            ),
-            zero,
-        ),
-    ).prefetch_related(Prefetch("resources", queryset=GpuResource.objects.order_by("name")))
-    # GROUP BY queries drop Meta.ordering: callers order explicitly (stable pages); ?sort= wins.
+    """Add the capacity sort keys (``capacity.sorting.annotate_node_capacity``) and prefetch the
+    resources that :meth:`GpuNodeTable.capacity` (the page's ``CapacitySnapshot``) reads."""
+    return annotate_node_capacity(queryset).prefetch_related(
+        Prefetch("resources", queryset=GpuResource.objects.order_by("name"))
+    )
 
 
 def mode_badge(mode: str, label: str) -> SafeString:
@@ -144,18 +128,49 @@ class GpuNodeTable(InventoryTable):
         """The model, or "unknown"."""
         return record.gpu_model or str(_("unknown"))
 
+    @property
+    def capacity(self) -> CapacitySnapshot:
+        """The ``CapacitySnapshot`` of the nodes on this page (built on first use)."""
+        snap: CapacitySnapshot | None = getattr(self, "_capacity", None)
+        if snap is None:
+            page = getattr(self, "page", None)
+            rows = page.object_list if page is not None else self.rows
+            snap = self._capacity = CapacitySnapshot.of_nodes(row.record for row in rows)
+        return snap
+
+    def render_devices_total(self, record: GpuNode) -> int:
+        """Σ allocatable of the node's non-stale resources."""
+        return self.capacity.node(record.pk).allocatable
+
+    def render_devices_used(self, record: GpuNode) -> int:
+        """Σ used of the node's non-stale resources."""
+        return self.capacity.node(record.pk).used
+
+    def render_devices_free(self, record: GpuNode) -> SafeString:
+        """Requestable free devices (reservations subtracted), with the reserved ones as a hint."""
+        tally = self.capacity.node(record.pk)
+        if not tally.reserved:
+            return format_html('<span data-free="{}">{}</span>', tally.free, tally.free)
+        hint = gettext("%(n)s reserved") % {"n": tally.reserved}
+        return format_html(
+            '<span data-free="{}">{}</span> <span class="hint">{}</span>', tally.free, tally.free, hint
+        )
+
     def render_resources(self, record: GpuNode) -> SafeString:
-        """Each resource as ``name free/allocatable``; stale entries greyed."""
-        rows = [
-            (
-                "res stale" if res.stale else "res",
-                res.name.removeprefix("nvidia.com/"),
-                res.free,
-                res.allocatable,
+        """Each resource as ``name free/allocatable`` (free = the snapshot's); stale entries greyed."""
+        rows = []
+        for res in record.resources.all():
+            row = self.capacity.row(record.pk, res.name)
+            rows.append(
+                (
+                    "res stale" if res.stale else "res",
+                    res.name,
+                    res.name.removeprefix("nvidia.com/"),
+                    row.free if row is not None else 0,
+                    res.allocatable,
+                )
             )
-            for res in record.resources.all()
-        ]
-        return format_html_join(" ", '<span class="{}">{} <b>{}</b>/{}</span>', rows)
+        return format_html_join(" ", '<span class="{}" data-resource="{}">{} <b>{}</b>/{}</span>', rows)
 
     def render_ready(self, record: GpuNode) -> SafeString:
         """Ready / not ready / unknown, and "cordoned"."""

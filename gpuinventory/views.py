@@ -18,11 +18,13 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from gpuinventory.capacity import CapacitySnapshot
 from gpuinventory.choices import MODE_BADGE, SYNC_BADGE, ModeSource, ResourceKind, WorkloadMode
 from gpuinventory.diagnostics import describe_flags
 from gpuinventory.filtersets import GpuNodeFilterSet, PermittedDeviceFilterSet, VgpuConfigFilterSet
 from gpuinventory.models import GpuNode
 from gpuinventory.summary import (
+    DeviceGroup,
     InventorySummary,
     ModeSummary,
     age_text,
@@ -36,15 +38,16 @@ from gpuinventory.tables import (
     VgpuConfigTable,
     annotate_node_counts,
 )
+from portal.labels import GPU_DEPLOY_PREFIX as DEPLOY_PREFIX
+from portal.labels import GPU_PRESENT
+from portal.labels import GPU_WORKLOAD_CONFIG as MODE_LABEL
+from portal.labels import VGPU_CONFIG as VGPU_CONFIG_LABEL
+from portal.labels import VGPU_CONFIG_STATE as VGPU_CONFIG_STATE_LABEL
 from portal.views_mixins import FilteredTableListMixin
 
 #: Labels shown on the node page, grouped by the component that writes them (DOMAIN.md §1, §3, §4).
-DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
-MODE_LABEL = "nvidia.com/gpu.workload.config"
-VGPU_CONFIG_LABEL = "nvidia.com/vgpu.config"
-VGPU_CONFIG_STATE_LABEL = "nvidia.com/vgpu.config.state"
 #: Written by the GPU Operator itself (not GFD): DOMAIN.md §4 "Not GFD".
-OPERATOR_LABELS = frozenset({"nvidia.com/gpu.present", "nvidia.com/gpu-driver-upgrade-state"})
+OPERATOR_LABELS = frozenset({GPU_PRESENT, "nvidia.com/gpu-driver-upgrade-state"})
 #: Read and written by the MIG manager (not GFD).
 MIG_MANAGER_LABELS = frozenset({"nvidia.com/mig.config", "nvidia.com/mig.config.state"})
 #: Read and written by the vGPU Device Manager (DOMAIN.md §3).
@@ -79,6 +82,7 @@ UNUSABLE_REASON_LABELS = {
     "node_not_ready": gettext_lazy("node not ready"),
     "node_cordoned": gettext_lazy("node cordoned"),
     "vgpu_reconfiguring": gettext_lazy("vGPU config being applied"),
+    "reprofile_promised": gettext_lazy("node promised to a vGPU re-profile"),
     "transitioning": gettext_lazy("mode change in progress"),
     "other_mode": gettext_lazy("resource of another mode"),
     "not_permitted": gettext_lazy("not permitted in KubeVirt"),
@@ -120,7 +124,11 @@ CHART_ROW = 26
 
 @dataclass
 class ChartBar:
-    """One bar of the server-rendered SVG chart (coordinates in the SVG's user units)."""
+    """One bar of the server-rendered SVG chart (coordinates in the SVG's user units).
+
+    ``used``/``free``/``total`` are devices of one resource (instances of one vGPU type);
+    the bar widths are GPU-equivalents, so bars of different vGPU sizes compare fairly.
+    """
 
     label: str
     title: str
@@ -137,7 +145,7 @@ class ChartBar:
 
 @dataclass
 class ModeChart:
-    """The SVG bar chart of one mode: devices used and free per resource."""
+    """The SVG bar chart of one mode: devices used and free per resource, scaled in GPU-equivalents."""
 
     mode: str
     label: str
@@ -154,38 +162,49 @@ def _short(text: str, limit: int = 34) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _gpus(group: DeviceGroup, key: str, devices: int) -> float:
+    """GPU-equivalents of a group's ``key`` numbers; the device count when its size is unknown."""
+    if group.gpu_equivalents.get("unsized_devices"):
+        return float(devices)
+    return float(group.gpu_equivalents.get(key, devices))
+
+
+def _bar(group: DeviceGroup, index: int, scale: float) -> ChartBar:
+    used_width = round(
+        CHART_BAR_WIDTH * min(_gpus(group, "used", group.used), _gpus(group, "total", group.total)) / scale, 1
+    )
+    free_width = round(CHART_BAR_WIDTH * _gpus(group, "free", group.free) / scale, 1)
+    y = index * CHART_ROW + 4
+    return ChartBar(
+        label=_short(group.label),
+        title=f"{group.resource}: {group.used} / {group.total}",
+        used=group.used,
+        free=group.free,
+        total=group.total,
+        y=y,
+        text_y=y + 14,
+        used_width=used_width,
+        free_x=CHART_BAR_X + used_width,
+        free_width=free_width,
+        value_x=CHART_BAR_X + used_width + free_width + 6,
+    )
+
+
 def build_charts(modes: list[ModeSummary]) -> list[ModeChart]:
-    """Lay out one horizontal stacked bar (used | free) per resource, scaled per mode."""
+    """One horizontal stacked bar (used | free) per resource, widths in GPU-equivalents scaled per
+    mode (a T4-8Q instance is half a T4-16Q one), labels in devices of that resource."""
     charts = []
     for summary in modes:
         if not summary.by_resource:
             continue
-        scale = max((group.total for group in summary.by_resource), default=0) or 1
+        scale = max((_gpus(g, "total", g.total) for g in summary.by_resource), default=0) or 1
         chart = ModeChart(
             mode=summary.mode,
             label=summary.label,
             badge=MODE_BADGE.get(summary.mode, ""),  # type: ignore[call-overload]
             height=CHART_ROW * len(summary.by_resource) + 6,
         )
-        for index, group in enumerate(summary.by_resource):
-            used_width = round(CHART_BAR_WIDTH * min(group.used, group.total) / scale, 1)
-            free_width = round(CHART_BAR_WIDTH * group.free / scale, 1)
-            y = index * CHART_ROW + 4
-            chart.bars.append(
-                ChartBar(
-                    label=_short(group.label),
-                    title=f"{group.resource}: {group.used} / {group.total}",
-                    used=group.used,
-                    free=group.free,
-                    total=group.total,
-                    y=y,
-                    text_y=y + 14,
-                    used_width=used_width,
-                    free_x=CHART_BAR_X + used_width,
-                    free_width=free_width,
-                    value_x=CHART_BAR_X + used_width + free_width + 6,
-                )
-            )
+        chart.bars = [_bar(group, index, scale) for index, group in enumerate(summary.by_resource)]
         charts.append(chart)
     return charts
 
@@ -299,11 +318,18 @@ def split_labels(labels: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
 
 def gpunode(request: HttpRequest, name: str) -> HttpResponse:
     """One node: mode and labels, resources, consumers and diagnostics (absent nodes marked)."""
-    node = get_object_or_404(GpuNode, name=name)
-    resources = list(node.resources.order_by("stale", "name"))
+    node = get_object_or_404(GpuNode.objects.prefetch_related("resources"), name=name)
+    snap = CapacitySnapshot.of_nodes([node])
+    resources = sorted(node.resources.all(), key=lambda r: (r.stale, r.name))
     for resource in resources:
         resource.label = resource_label(  # type: ignore[attr-defined]
             resource.kind, resource.name, resource.model, resource.vgpu_type, resource.pci_device_id
+        )
+        row = snap.row(node.pk, resource.name)
+        resource.free_now = row.free if row else 0  # type: ignore[attr-defined]
+        resource.reserved_now = row.reserved if row else 0  # type: ignore[attr-defined]
+        resource.unusable_note = (  # type: ignore[attr-defined]
+            unusable_notes({row.reason: row.unusable}) if row and row.unusable else ""
         )
     is_vgpu = node.workload_mode == WorkloadMode.VM_VGPU
     context = {
@@ -317,6 +343,7 @@ def gpunode(request: HttpRequest, name: str) -> HttpResponse:
         "vgpu_labels_left_over": not is_vgpu,
         "labels": split_labels(node.labels or {}),
         "resources": resources,
+        "capacity": snap.node(node.pk),
         "vgpu_kind": ResourceKind.VGPU,
         "consumers": list(node.consumers.order_by("resource_name", "pod_namespace", "pod_name")),
         "diagnostics": describe_flags(node.flags or [], node.name),

@@ -8,9 +8,9 @@ class PortalConfig(AppConfig):
     verbose_name = "Portal"
 
     def ready(self) -> None:
-        """Register the domain metrics (``portal.metrics``) with Prometheus and connect the
-        receivers of the sign-in counters (``portal.auth_metrics``) and of the session policy
-        (``portal.session_policy``)."""
+        """Register the apps' domain metrics (each app's ``metrics.COLLECTORS``, ``portal.metrics``)
+        and connect the receivers of the sign-in counters (``portal.auth_metrics``) and of the
+        session policy (``portal.session_policy``)."""
         # auth_metrics and session_policy: imported for their @receiver functions.
         from portal import auth_metrics, metrics, session_policy  # noqa: F401
 

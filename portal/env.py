@@ -184,38 +184,14 @@ class Env:
             )
         base, _sep, query = url.partition("?")
         smtp = scheme.startswith("smtp")
-        timeout: int | None = None
-        for key, value in parse_qsl(query, keep_blank_values=True):
-            if key.lower() != "timeout" or not smtp:
-                raise ImproperlyConfigured(f"{name}: unknown option {key!r} (SMTP only: timeout=<seconds>)")
-            try:
-                timeout = int(value)
-            except ValueError:
-                raise ImproperlyConfigured(f"{name}: timeout={value!r} is not an integer") from None
-            if timeout < 1:
-                raise ImproperlyConfigured(f"{name}: timeout must be at least 1 second")
+        timeout = _mail_timeout(name, query, smtp)
         try:
             parsed: dict[_Str, Any] = environ.Env.email_url_config(base)
         except Exception as exc:  # django-environ raises ValueError for a bad port
             raise ImproperlyConfigured(f"{name} could not be parsed: {exc}") from None
         options: dict[_Str, Any] = {}
         if smtp:
-            if not parsed.get("EMAIL_HOST"):
-                raise ImproperlyConfigured(
-                    f"{name}: an SMTP URL needs a host (smtp://user:password@host:port)"
-                )
-            options = {
-                "host": parsed["EMAIL_HOST"],
-                "use_tls": bool(parsed.get("EMAIL_USE_TLS", False)),
-                "use_ssl": bool(parsed.get("EMAIL_USE_SSL", False)),
-            }
-            extra = {
-                "port": parsed.get("EMAIL_PORT"),
-                "username": parsed.get("EMAIL_HOST_USER"),
-                "password": parsed.get("EMAIL_HOST_PASSWORD"),
-                "timeout": timeout,
-            }
-            options.update({k: v for k, v in extra.items() if v is not None})
+            options = _smtp_options(name, parsed, timeout)
         elif scheme == "filemail":
             if not parsed.get("EMAIL_FILE_PATH"):
                 raise ImproperlyConfigured(f"{name}: filemail needs a directory (filemail:////var/mail)")
@@ -255,3 +231,45 @@ class Env:
                 "(e.g. https://portal.example.com)"
             )
         return value
+
+
+def _mail_timeout(name: str, query: str, smtp: bool) -> int | None:
+    """The ``timeout`` option (seconds, ≥ 1) of a mail URL's query; None when absent.
+
+    Raises:
+        ImproperlyConfigured: another option, an option on a non-SMTP URL, or a bad value.
+    """
+    timeout: int | None = None
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key.lower() != "timeout" or not smtp:
+            raise ImproperlyConfigured(f"{name}: unknown option {key!r} (SMTP only: timeout=<seconds>)")
+        try:
+            timeout = int(value)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: timeout={value!r} is not an integer") from None
+        if timeout < 1:
+            raise ImproperlyConfigured(f"{name}: timeout must be at least 1 second")
+    return timeout
+
+
+def _smtp_options(name: str, parsed: dict[str, Any], timeout: int | None) -> dict[str, Any]:
+    """The SMTP backend's ``OPTIONS`` from django-environ's parsed mail URL (see ``Env.mailer``).
+
+    Raises:
+        ImproperlyConfigured: the URL names no host.
+    """
+    if not parsed.get("EMAIL_HOST"):
+        raise ImproperlyConfigured(f"{name}: an SMTP URL needs a host (smtp://user:password@host:port)")
+    options: dict[str, Any] = {
+        "host": parsed["EMAIL_HOST"],
+        "use_tls": bool(parsed.get("EMAIL_USE_TLS", False)),
+        "use_ssl": bool(parsed.get("EMAIL_USE_SSL", False)),
+    }
+    extra = {
+        "port": parsed.get("EMAIL_PORT"),
+        "username": parsed.get("EMAIL_HOST_USER"),
+        "password": parsed.get("EMAIL_HOST_PASSWORD"),
+        "timeout": timeout,
+    }
+    options.update({k: v for k, v in extra.items() if v is not None})
+    return options

@@ -2,7 +2,7 @@
 
 ``ApiTokenForm(user, data=None)`` creates a token for the signed-in user; ``save()`` returns
 ``(ApiToken, plain_token)``. Scopes are ``TokenScope`` values; ``approve`` is offered only to
-users who may approve (``may_use_approve_scope``) and refused with a field error when another
+users who may approve (``portal.roles.may_use_approve_scope``, which asks the apps) and refused with a field error when another
 user posts it anyway.
 """
 
@@ -15,18 +15,10 @@ from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
 from portal.models import ApiToken, TokenScope, max_token_days
-from vmrequests.roles import APPROVE_PERMISSION
+from portal.roles import may_use_approve_scope
 
 #: Shortest validity of a new token, in days (the longest: ``max_token_days()``).
 MIN_TOKEN_DAYS = 1
-
-
-def may_use_approve_scope(user: Any) -> bool:
-    """True when ``user`` may hold a token with the ``approve`` scope: an approver of some team
-    (``Team.approvers``) or a holder of ``vmrequests.approve_vmrequest``."""
-    if not getattr(user, "is_authenticated", False):
-        return False
-    return bool(user.has_perm(APPROVE_PERMISSION) or user.approver_of.exists())
 
 
 def scopes_field() -> forms.MultipleChoiceField:

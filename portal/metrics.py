@@ -1,93 +1,82 @@
 """Domain metrics for Prometheus, read from the database at scrape time (docs/operations.md).
 
-Exported next to django-prometheus's request/DB metrics on ``/metrics``:
+The apps own their metrics: each app's ``metrics`` module (found by
+:func:`portal.discovery.app_modules`, so this package imports no app) lists its collectors in
+``COLLECTORS``, subclasses of :class:`DatabaseCollector`. Exported next to django-prometheus's
+request/DB metrics on ``/metrics``:
 
-- ``gpu_portal_inventory_last_sync_timestamp_seconds{status}``: Unix time of the newest sync run
-  that ended ``success`` / ``failed`` (absent before the first one). Alert when
-  ``time() - ...{status="success"}`` exceeds a few ``PORTAL_SYNC_INTERVAL``.
-- ``gpu_portal_vm_requests{status}``: requests per status (every status, zeros included).
-- ``gpu_portal_webhook_deliveries{status}``: webhook deliveries per status (``failed`` ones need
-  an admin's look; ``retrying`` ones are waiting for a receiver).
+- ``gpu_portal_inventory_last_sync_timestamp_seconds{status}`` (``gpuinventory/metrics.py``);
+- ``gpu_portal_vm_requests{status}`` (``vmrequests/metrics.py``);
+- ``gpu_portal_webhook_deliveries{status}`` (``webhooks/metrics.py``).
 
-Three grouped queries per scrape; a database error drops these series for that scrape (logged)
-instead of failing the whole endpoint.
+One grouped query per collector and scrape; a database error drops that collector's series for
+that scrape (logged) instead of failing the whole endpoint.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any, ClassVar
 
-from django.db.models import Count, Max
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import REGISTRY, Collector
+
+from portal.discovery import app_modules
 
 logger = logging.getLogger(__name__)
 
 
-class PortalCollector(Collector):
-    """Collects the gauges listed in the module docstring."""
+class DatabaseCollector(Collector):
+    """A collector of gauges computed from one database read per scrape.
+
+    Subclasses set ``names`` (the metric names they yield) and implement ``query`` (the database
+    read) and ``metrics`` (the gauges built from its result).
+    """
+
+    names: ClassVar[tuple[str, ...]] = ()
 
     def describe(self) -> Iterator[Metric]:
         """The metric names, without samples (the registry calls this at registration; without
         it, it would call ``collect`` and query the database while apps load)."""
-        yield GaugeMetricFamily("gpu_portal_inventory_last_sync_timestamp_seconds", "", labels=["status"])
-        yield GaugeMetricFamily("gpu_portal_vm_requests", "", labels=["status"])
-        yield GaugeMetricFamily("gpu_portal_webhook_deliveries", "", labels=["status"])
+        for name in self.names:
+            yield GaugeMetricFamily(name, "", labels=["status"])
+
+    def query(self) -> Any:
+        """Read what the gauges need (runs at scrape time)."""
+        raise NotImplementedError
+
+    def metrics(self, data: Any) -> Iterator[Metric]:
+        """The gauges built from ``query``'s result."""
+        raise NotImplementedError
 
     def collect(self) -> Iterator[Metric]:
-        from gpuinventory.choices import SyncStatus
-        from gpuinventory.models import SyncRun
-        from vmrequests.choices import VMRequestStatus
-        from vmrequests.models import VMRequest
-        from vmrequests.webhooks.choices import DeliveryStatus
-        from vmrequests.webhooks.models import WebhookDelivery
-
+        """``metrics(query())``; nothing (and a logged error) when the database read fails."""
         try:
-            last_sync = dict(
-                SyncRun.objects.filter(status__in=[SyncStatus.SUCCESS, SyncStatus.FAILED])
-                .values_list("status")
-                .annotate(last=Max("finished"))
-                .values_list("status", "last")
-            )
-            requests = dict(
-                VMRequest.objects.values_list("status").annotate(n=Count("pk")).values_list("status", "n")
-            )
-            deliveries = dict(
-                WebhookDelivery.objects.values_list("status")
-                .annotate(n=Count("pk"))
-                .values_list("status", "n")
-            )
+            data = self.query()
         except Exception:
-            logger.exception("portal metrics: database query failed")
+            logger.exception("portal metrics: database query failed (%s)", type(self).__name__)
             return
-        sync = GaugeMetricFamily(
-            "gpu_portal_inventory_last_sync_timestamp_seconds",
-            "Unix time the newest inventory sync run with this status finished.",
-            labels=["status"],
-        )
-        for status, finished in sorted(last_sync.items()):
-            if finished is not None:
-                sync.add_metric([status], finished.timestamp())
-        yield sync
-        by_status = GaugeMetricFamily("gpu_portal_vm_requests", "VM requests per status.", labels=["status"])
-        for status in VMRequestStatus.values:
-            by_status.add_metric([status], requests.get(status, 0))
-        yield by_status
-        hooks = GaugeMetricFamily(
-            "gpu_portal_webhook_deliveries", "Webhook deliveries per status.", labels=["status"]
-        )
-        for status in DeliveryStatus.values:
-            hooks.add_metric([status], deliveries.get(status, 0))
-        yield hooks
+        yield from self.metrics(data)
+
+
+def status_gauge(name: str, documentation: str, counts: dict[str, int], statuses: list[str]) -> Metric:
+    """A gauge ``name{status}`` with one sample per status of ``statuses`` (zeros included)."""
+    gauge = GaugeMetricFamily(name, documentation, labels=["status"])
+    for status in statuses:
+        gauge.add_metric([status], counts.get(status, 0))
+    return gauge
 
 
 _registered = False
 
 
 def register() -> None:
-    """Add ``PortalCollector`` to prometheus_client's default registry (once per process)."""
+    """Add every app's ``COLLECTORS`` to prometheus_client's default registry (once per process)."""
     global _registered
-    if not _registered:
-        REGISTRY.register(PortalCollector())
-        _registered = True
+    if _registered:
+        return
+    for module in app_modules("metrics"):
+        for collector in getattr(module, "COLLECTORS", ()):
+            REGISTRY.register(collector())
+    _registered = True

@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "portal",
     "gpuinventory",
     "vmrequests",
+    "webhooks",
 ]
 
 MIDDLEWARE = [
@@ -234,14 +235,19 @@ PORTAL_GPU_OPERATOR_NAMESPACE = env.str("PORTAL_GPU_OPERATOR_NAMESPACE", "gpu-op
 # --- inventory sync ---------------------------------------------------------------------
 PORTAL_SYNC_INTERVAL = env.int("PORTAL_SYNC_INTERVAL", 30, minimum=5)
 
-# --- provisioning (vmrequests/provisioning.py, docs/provisioning.md) -----------------------
+# --- provisioning (vmrequests/provisioning/, docs/provisioning.md) -------------------------
 PORTAL_RECONCILE_INTERVAL = env.int("PORTAL_RECONCILE_INTERVAL", 5, minimum=1)
 PORTAL_REPROFILE_TIMEOUT = env.int("PORTAL_REPROFILE_TIMEOUT", 600, minimum=10)
 PORTAL_SCHEDULING_TIMEOUT = env.int("PORTAL_SCHEDULING_TIMEOUT", 900, minimum=10)
 PORTAL_LEASE_WARNING_HOURS = env.int("PORTAL_LEASE_WARNING_HOURS", 24, minimum=0)
 PORTAL_REQUEUE_AFTER = env.int("PORTAL_REQUEUE_AFTER", 60, minimum=1)
 
-# --- outbound webhooks (vmrequests/webhooks/, docs/webhooks.md) ----------------------------
+# --- who may do what (vmrequests/policy.py, docs/requests.md) -------------------------------
+# Off: nobody (admins included) approves, retries or decides the lease extension of their own
+# request; another approver must.
+PORTAL_ALLOW_SELF_APPROVAL = env.bool("PORTAL_ALLOW_SELF_APPROVAL", default=False)
+
+# --- outbound webhooks (webhooks/, docs/webhooks.md) ----------------------------
 PORTAL_WEBHOOK_TIMEOUT = env.int("PORTAL_WEBHOOK_TIMEOUT", 10, minimum=1, maximum=60)
 PORTAL_WEBHOOK_RETRY_BASE_SECONDS = env.int("PORTAL_WEBHOOK_RETRY_BASE_SECONDS", 30, minimum=1, maximum=3600)
 PORTAL_WEBHOOK_MAX_ATTEMPTS = env.int("PORTAL_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=20)

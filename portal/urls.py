@@ -6,17 +6,17 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.urls import URLPattern, URLResolver, include, path, re_path
+from django.views.generic import RedirectView
 from django.views.i18n import set_language
 from drf_spectacular.views import SpectacularAPIView
 
 from portal import health, views, views_tokens
 from portal.api import openapi, problems
-from portal.api.views import MeView
 
-#: The versioned REST API (namespace ``api``); each app mounts its router here (CONVENTIONS "REST API").
+#: The versioned REST API (namespace ``api``); each app mounts its router here (CONVENTIONS "REST API");
+#: ``/api/v1/me/`` is the requests app's.
 api_v1_patterns: list[URLPattern | URLResolver] = [
     path("inventory/", include("gpuinventory.api.urls")),
-    path("me/", MeView.as_view(), name="me"),
     path("", include("vmrequests.api.urls")),
 ]
 
@@ -38,6 +38,12 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics, name="metrics"),
+    # The webhook admin moved with its models from vmrequests to the webhooks app: old links and
+    # bookmarks (/admin/vmrequests/webhookendpoint/3/change/) still land on the same page.
+    re_path(
+        r"^admin/vmrequests/(?P<rest>webhook(?:endpoint|event|delivery|attempt)/.*)$",
+        RedirectView.as_view(url="/admin/webhooks/%(rest)s", permanent=True, query_string=True),
+    ),
     path("admin/", admin.site.urls),
     path("favicon.ico", views.favicon),
 ]

@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.shortcuts import render
 from django.templatetags.static import static
 
-from vmrequests.roles import roles_of
+from portal.roles import roles_of
 
 
 def home(request: HttpRequest) -> HttpResponse:

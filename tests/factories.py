@@ -2,7 +2,7 @@
 
 Real cluster objects are read in place from ``../shared/samples/`` (``PORTAL_SHARED_DIR``
 overrides the location); they are never copied into the repo. The builders here turn them into
-the adapter's dataclasses (``portal/k8s.py``) the way the adapter does, for the fields the
+the adapter's dataclasses (``portal/k8s/``) the way the adapter does, for the fields the
 inventory rules read.
 """
 

@@ -1,6 +1,6 @@
-"""An in-memory fake of the Kubernetes adapter's provisioning functions (``portal/k8s.py``).
+"""An in-memory fake of the Kubernetes adapter's provisioning functions (``portal/k8s/``).
 
-Unit tests of ``vmrequests/provisioning.py`` and ``vmrequests/tasks.py`` install it with
+Unit tests of ``vmrequests/provisioning/`` and ``vmrequests/tasks.py`` install it with
 ``FakeCluster.install(monkeypatch)``; it replaces ``get_node``, ``list_pods_on_node``,
 ``patch_node_labels``, ``create_vmi``, ``get_vmi``, ``delete_vmi``, ``list_vmis_labelled`` and
 ``get_cluster_policy`` on the ``portal.k8s`` module, so the code under test calls it through
@@ -244,7 +244,7 @@ class Clock:
     """A frozen ``django.utils.timezone.now`` that tests move by hand (``advance``).
 
     ``install`` patches the function on the module, so ``auto_now`` fields, the status
-    transitions and ``vmrequests/provisioning.py`` all read this clock.
+    transitions and ``vmrequests/provisioning/`` all read this clock.
     """
 
     def __init__(self, now: datetime) -> None:
@@ -335,7 +335,7 @@ def live_request(
             count=req.device_count,
             reprofile_config=reprofile_config,
             reprofile_from=reprofile_from,
-            holder=req.holder,
+            holder=req.holder.key,
             vmi_namespace=req.vmi_namespace,
             vmi_name=req.vmi_name,
         )

@@ -19,7 +19,7 @@ def stored_endpoint(
     secret: str = SECRET,
 ) -> Any:
     """A ``WebhookEndpoint`` with a known ``secret``, every event unless ``event_types``."""
-    from vmrequests.webhooks.models import WebhookEndpoint
+    from webhooks.models import WebhookEndpoint
 
     return WebhookEndpoint.objects.create(
         name=name, url=url, event_types=event_types or [], active=active, secret=secret
@@ -31,12 +31,12 @@ def stored_event(
     data: dict[str, Any] | None = None,
     occurred_at: datetime | None = None,
 ) -> Any:
-    """A ``WebhookEvent`` whose payload is built by ``vmrequests.webhooks.events.build_payload``
+    """A ``WebhookEvent`` whose payload is built by ``webhooks.events.build_payload``
     (``data`` defaults to ``{"vm_request": {"id": 42, "status": "approved"}}``)."""
     import uuid
 
-    from vmrequests.webhooks.events import build_payload
-    from vmrequests.webhooks.models import WebhookEvent
+    from webhooks.events import build_payload
+    from webhooks.models import WebhookEvent
 
     when = occurred_at or timezone.now()
     event_id = uuid.uuid4()
@@ -51,6 +51,6 @@ def stored_event(
 
 def stored_delivery(endpoint: Any, event: Any = None, **fields: Any) -> Any:
     """A pending ``WebhookDelivery`` of ``event`` (a new ``stored_event()`` if None), due now."""
-    from vmrequests.webhooks.models import WebhookDelivery
+    from webhooks.models import WebhookDelivery
 
     return WebhookDelivery.objects.create(endpoint=endpoint, event=event or stored_event(), **fields)

@@ -1,6 +1,5 @@
 """Django admin for teams (with quotas and auto-approval rules), images, requests and events;
-the webhook admin (endpoints, deliveries, events) lives in ``vmrequests/webhooks/admin.py`` and is
-registered by importing it here.
+the webhook admin (endpoints, deliveries, events) is the webhooks app's (``webhooks/admin.py``).
 
 Teams, quotas, rules and images are administered here. Requests and their timeline are only
 *viewed* here: every status change goes through ``vmrequests.approval`` / the ``VMRequest``
@@ -18,7 +17,6 @@ from django.utils.translation import gettext_lazy as _
 
 from portal.admin_mixins import ReadOnlyAdminMixin
 from vmrequests.models import AutoApprovalRule, GpuQuota, Team, VmImage, VMRequest, VMRequestEvent
-from vmrequests.webhooks import admin as webhook_admin  # noqa: F401 - registers the webhook admin
 
 
 class GpuQuotaInline(admin.TabularInline):

@@ -16,9 +16,12 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from gpuinventory.capacity import CapacitySnapshot
-from gpuinventory.models import GpuNode, Reservation
+from gpuinventory.models import GpuNode
+from gpuinventory.reservations import reserve
+from vmrequests import policy
 from vmrequests.choices import DeletionReason, EventAction, VMRequestStatus
 from vmrequests.models import (
     AutoApprovalRule,
@@ -29,7 +32,23 @@ from vmrequests.models import (
     vmi_name_for,
 )
 from vmrequests.placement import Placement, QuotaBook, Verdict, check_request
-from vmrequests.validation import RequestSpec as RequestSpec  # re-exported; owned by validation
+from vmrequests.policy import NotAllowed
+from vmrequests.validation import RequestSpec  # re-exported; owned by validation
+
+__all__ = [
+    "ApprovalRefused",
+    "NotAllowed",
+    "RequestSpec",
+    "approve",
+    "cancel",
+    "decide_extension",
+    "reject",
+    "release",
+    "request_extension",
+    "retry",
+    "submit",
+    "terminate",
+]
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +66,6 @@ class ApprovalRefused(Exception):
     def __init__(self, verdict: Verdict) -> None:
         self.verdict = verdict
         super().__init__(" ".join(verdict.problems()))
-
-
-class NotAllowed(Exception):
-    """The user may not do this to this request (not an approver of its team, not the requester)."""
 
 
 def _approval_lock() -> None:
@@ -104,11 +119,13 @@ def submit(spec: RequestSpec, requester: Any, *, submitted_by: Any = None) -> VM
             message=spec.justification,
             data=data,
         )
-    # The "submitted" signal is registered before auto-approval's, so receivers (webhooks) see
-    # submitted, then approved. Approvers are still not asked to decide a request a rule has
-    # just approved: notifications re-read the status when they send.
-    transaction.on_commit(lambda: request_transitioned.send(sender=VMRequest, request=req, event=event))
-    _try_auto_approval(req)
+        # The "submitted" signal is registered before auto-approval's, so receivers (webhooks)
+        # see submitted, then approved. Both run after ONE commit (auto-approval inside this
+        # transaction): the mail of a new request re-reads the status then, so approvers are never
+        # asked to decide a request a rule has already approved (outside a transaction, on_commit
+        # would run at once, before the rule).
+        transaction.on_commit(lambda: request_transitioned.send(sender=VMRequest, request=req, event=event))
+        _try_auto_approval(req)
     return req
 
 
@@ -133,23 +150,16 @@ def _try_auto_approval(req: VMRequest) -> None:
         return
 
 
-def can_decide(user: Any, req: VMRequest) -> bool:
-    """True when ``user`` may approve or reject ``req`` (approve permission + approver of its team)."""
-    return VMRequest.objects.decidable_by(user).filter(pk=req.pk).exists()
-
-
 def approve(req: VMRequest, by: Any, note: str = "") -> Placement:
     """Approve ``req``: re-check capacity and quota under the approval lock, reserve, approve.
 
     Raises:
-        NotAllowed: ``by`` is not an approver of the request's team.
-        TransitionError: the request is no longer submitted (someone else decided it).
+        NotAllowed: the policy refuses it (``policy.check(by, req, "approve")``: not an approver
+            of the team, not submitted, or ``by`` is the requester).
+        TransitionError: someone else decided it meanwhile.
         ApprovalRefused: it no longer fits (capacity or quota); nothing is written.
     """
-    if not can_decide(by, req):
-        raise NotAllowed(_("You are not an approver of team %(team)s.") % {"team": req.team})
-    if by == req.requester and not by.is_superuser:
-        raise NotAllowed(_("You cannot approve your own request: another approver of the team must."))
+    policy.check(by, req, "approve")
     return _approve_locked(req, by=by, note=note, rule=None)
 
 
@@ -157,10 +167,10 @@ def retry(req: VMRequest, by: Any, note: str = "") -> Placement:
     """Approve a failed request again: re-check capacity and quota, reserve, provision anew.
 
     Raises:
-        NotAllowed, TransitionError (not failed), ApprovalRefused (no longer fits).
+        NotAllowed (``policy.check(by, req, "retry")``; the requester may not retry their own),
+        TransitionError (no longer failed), ApprovalRefused (no longer fits).
     """
-    if not can_decide(by, req):
-        raise NotAllowed(_("You are not an approver of team %(team)s.") % {"team": req.team})
+    policy.check(by, req, "retry")
     return _approve_locked(req, by=by, note=note, rule=None, retry=True)
 
 
@@ -190,14 +200,14 @@ def _approve_locked(
         placement = verdict.placement
         node = GpuNode.objects.get(name=placement.node)
         plan = placement.reprofile
-        Reservation.objects.create(
-            node=node,
+        reserve(
+            current.holder,
+            node,
             resource_name=placement.resource_name,
             vgpu_type=current.vgpu_type,
             count=current.device_count,
             reprofile_config=plan.config if plan else "",
             reprofile_from=plan.current_config if plan else "",
-            holder=current.holder,
             vmi_namespace=current.vmi_namespace,
             vmi_name=current.vmi_name,
         )
@@ -224,27 +234,19 @@ def reject(req: VMRequest, by: Any, reason: str) -> None:
     """Reject ``req`` with a required ``reason``.
 
     Raises:
-        NotAllowed, TransitionError, ValueError (blank reason).
+        NotAllowed (``policy.check(by, req, "reject")``), TransitionError, ValueError (blank reason).
     """
-    if not can_decide(by, req):
-        raise NotAllowed(_("You are not an approver of team %(team)s.") % {"team": req.team})
+    policy.check(by, req, "reject")
     req.reject(by, reason)
 
 
-def _acts_for_requester(user: Any, req: VMRequest) -> bool:
-    """The requester, or the account that filed the request on the requester's behalf (a
-    ticketing system's service account, ``submitted_by``)."""
-    return user == req.requester or (req.submitted_by_id is not None and user.pk == req.submitted_by_id)
-
-
 def cancel(req: VMRequest, by: Any, note: str = "") -> None:
-    """Cancel ``req`` (requester, or an approver of its team) while submitted or approved.
+    """Cancel ``req`` (requester, its filer, or an approver of its team) while submitted or approved.
 
     Raises:
-        NotAllowed, TransitionError.
+        NotAllowed (``policy.check(by, req, "cancel")``), TransitionError.
     """
-    if not _acts_for_requester(by, req) and not can_decide(by, req):
-        raise NotAllowed(_("Only the requester or an approver of the team can cancel this request."))
+    policy.check(by, req, "cancel")
     req.cancel(by, note)
 
 
@@ -260,27 +262,28 @@ def _enqueue(task: str, request_id: int) -> None:
 
 
 def release(req: VMRequest, by: Any, note: str = "") -> None:
-    """The requester (or an approver of the team) ends a running VM early: running or
-    provisioning → deleting (released); the worker deletes the VMI, then the request is deleted.
+    """The requester (or its filer) ends their VM early: provisioning or running → deleting
+    (released); the worker deletes the VMI, then the request is deleted.
 
     Raises:
-        NotAllowed, TransitionError.
+        NotAllowed (``policy.check(by, req, "release")``; approvers terminate instead),
+        TransitionError.
     """
-    if not _acts_for_requester(by, req) and not can_decide(by, req):
-        raise NotAllowed(_("Only the requester or an approver of the team can release this VM."))
+    policy.check(by, req, "release")
     req.start_deletion(DeletionReason.RELEASED, by=by, note=note)
     pk = req.pk
     transaction.on_commit(lambda: _enqueue("delete_vmi", pk))
 
 
 def terminate(req: VMRequest, by: Any, note: str) -> None:
-    """An approver ends a VM: running or provisioning → deleting (terminated), with a reason.
+    """An approver stops someone's VM: provisioning or running → deleting (terminated), with a
+    reason the requester is mailed.
 
     Raises:
-        NotAllowed, TransitionError, ValueError (blank reason).
+        NotAllowed (``policy.check(by, req, "terminate")``), TransitionError, ValueError (blank
+        reason).
     """
-    if not can_decide(by, req):
-        raise NotAllowed(_("You are not an approver of team %(team)s.") % {"team": req.team})
+    policy.check(by, req, "terminate")
     if not note.strip():
         raise ValueError(_("Terminating a VM needs a reason."))
     req.start_deletion(DeletionReason.TERMINATED, by=by, note=note)
@@ -291,49 +294,66 @@ def terminate(req: VMRequest, by: Any, note: str) -> None:
 def request_extension(req: VMRequest, by: Any, days: int, reason: str) -> None:
     """The requester asks for ``days`` more lease on a running VM (an approver decides).
 
+    The team's maximum lease caps the lease in total: ``days`` may be at most
+    ``req.extension_days_left()`` (maximum − days asked at submission − days already granted).
+
     Raises:
-        NotAllowed (not the requester), TransitionError (not running), ValueError (days out of
-        the team's maximum lease, or an extension already pending).
+        NotAllowed (``policy.check(by, req, "extend")``: not the requester, not running, an
+        extension already pending, the lease already at the maximum), TransitionError (it
+        stopped running meanwhile), ValueError (``days`` outside 1 … the days left).
     """
-    if not _acts_for_requester(by, req):
-        raise NotAllowed(_("Only the requester can ask for a longer lease."))
-    if days < 1 or days > req.team.max_lease_days:
-        raise ValueError(_("Ask for 1 to %(max)s days.") % {"max": req.team.max_lease_days})
+    policy.check(by, req, "extend")
+    left = req.extension_days_left()
+    if days < 1 or days > left:
+        raise ValueError(
+            ngettext(
+                "Ask for 1 to %(left)s day: the team's maximum lease is %(max)s days in total and "
+                "this lease already has %(total)s.",
+                "Ask for 1 to %(left)s days: the team's maximum lease is %(max)s days in total and "
+                "this lease already has %(total)s.",
+                left,
+            )
+            % {"left": left, "max": req.team.max_lease_days, "total": req.lease_total_days}
+        )
     with transaction.atomic():
         updated = VMRequest.objects.filter(
-            pk=req.pk, status=VMRequestStatus.RUNNING, extension_days_requested__isnull=True
+            pk=req.pk,
+            status=VMRequestStatus.RUNNING,
+            extension_days_requested__isnull=True,
+            lease_extended_days=req.lease_extended_days,
         ).update(extension_days_requested=days, extension_reason=reason)
         if not updated:
-            current = VMRequest.objects.get(pk=req.pk)
+            current = VMRequest.objects.select_related("team").get(pk=req.pk)
             if current.status != VMRequestStatus.RUNNING:
                 raise TransitionError(req.pk, "extension_request", current.status)
-            raise ValueError(_("An extension is already waiting for an approver."))
+            policy.check(by, current, "extend")
+            raise ValueError(_("The lease changed meanwhile; reload the page and ask again."))
         req.extension_days_requested, req.extension_reason = days, reason
-        req.record(
-            EventAction.EXTENSION_REQUEST,
-            reason,
-            actor=by,
-            data={"days": days},
-        )
+        req.record(EventAction.EXTENSION_REQUEST, reason, actor=by, data={"days": days})
 
 
 def decide_extension(req: VMRequest, by: Any, *, approve: bool, note: str = "") -> None:
-    """An approver grants (the lease end moves by the requested days, the warning re-arms) or
-    refuses the pending extension.
+    """An approver grants the pending extension (the lease end moves by the requested days,
+    ``lease_extended_days`` grows by them, the expiry warning re-arms) or refuses it.
 
     Raises:
-        NotAllowed, ValueError (no extension pending or not running).
+        NotAllowed: ``policy.check`` of ``extension_approve`` / ``extension_deny`` on the row as
+            locked: not an approver, the requester themself, no extension pending, not
+            running, or granting it would pass the team's maximum lease in total.
     """
-    if not can_decide(by, req):
-        raise NotAllowed(_("You are not an approver of team %(team)s.") % {"team": req.team})
+    action = "extension_approve" if approve else "extension_deny"
+    policy.check(by, req, action)
     with transaction.atomic():
-        current = VMRequest.objects.select_for_update().get(pk=req.pk)
-        days = current.extension_days_requested
-        if days is None or current.status != VMRequestStatus.RUNNING or current.lease_end is None:
-            raise ValueError(_("There is no lease extension waiting for a decision."))
+        current = VMRequest.objects.select_for_update().select_related("team").get(pk=req.pk)
+        policy.check(by, current, action)
+        days = current.extension_days_requested or 0
         fields: dict[str, Any] = {"extension_days_requested": None, "extension_reason": ""}
-        if approve:
-            fields.update(lease_end=current.lease_end + timedelta(days=days), lease_warning_sent_at=None)
+        if approve and current.lease_end is not None:
+            fields.update(
+                lease_end=current.lease_end + timedelta(days=days),
+                lease_extended_days=current.lease_extended_days + days,
+                lease_warning_sent_at=None,
+            )
         VMRequest.objects.filter(pk=req.pk).update(**fields)
         for name, value in fields.items():
             setattr(req, name, value)

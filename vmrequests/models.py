@@ -25,8 +25,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from gpuinventory.models import Reservation
 from gpuinventory.naming import parse_vgpu_type
+from gpuinventory.reservations import Holder, release
 from vmrequests.choices import (
     ACTION_VERB,
     LIVE_STATES,
@@ -298,7 +298,8 @@ class VmImage(models.Model):
 
 
 class VMRequestQuerySet(QuerySet["VMRequest"]):
-    """Query helpers; ``visible_to`` is the one visibility rule (CONVENTIONS)."""
+    """Query helpers; ``visible_to`` is the one visibility rule (CONVENTIONS). Who may do what
+    to a visible request is ``vmrequests.policy``."""
 
     def visible_to(self, user: Any) -> VMRequestQuerySet:
         """Requests ``user`` may see: superusers all; others their own, those they filed for
@@ -322,15 +323,6 @@ class VMRequestQuerySet(QuerySet["VMRequest"]):
         """
         filed = Q(submitted_by=account) | Q(submitted_by__isnull=True, requester=account)
         return self.filter(filed, ticket_source=source, ticket_id=ticket_id)
-
-    def decidable_by(self, user: Any) -> VMRequestQuerySet:
-        """Requests ``user`` may approve or reject: holds the approve permission and is an
-        approver of the request's team (superusers: every team)."""
-        if not getattr(user, "is_authenticated", False) or not user.has_perm("vmrequests.approve_vmrequest"):
-            return self.none()
-        if user.is_superuser:
-            return self
-        return self.filter(team__approvers=user)
 
     def open(self) -> VMRequestQuerySet:
         """Requests holding (or about to hold) devices: approved, provisioning, running."""
@@ -423,6 +415,11 @@ class VMRequest(models.Model):
         _("extension requested (days)"), null=True, blank=True
     )
     extension_reason = models.TextField(_("extension reason"), blank=True)
+    lease_extended_days = models.PositiveIntegerField(
+        _("lease extended by (days)"),
+        default=0,
+        help_text=_("Days added to the lease by granted extensions, in total."),
+    )
     vmi_created_at = models.DateTimeField(_("VMI created at"), null=True, blank=True)
     created = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
     updated = models.DateTimeField(_("updated"), auto_now=True)
@@ -463,9 +460,9 @@ class VMRequest(models.Model):
     # --- derived -------------------------------------------------------------------------
 
     @property
-    def holder(self) -> str:
-        """The ``Reservation.holder`` key of this request."""
-        return f"vmrequest:{self.pk}"
+    def holder(self) -> Holder:
+        """Who holds this request's reservation (``gpuinventory.reservations``)."""
+        return Holder("vmrequest", self.pk)
 
     @property
     def is_terminal(self) -> bool:
@@ -495,6 +492,29 @@ class VMRequest(models.Model):
     def lease_end_if_started(self, start: Any = None) -> Any:
         """When the lease would end if the VM ran from ``start`` (default now)."""
         return (start or timezone.now()) + timedelta(days=self.lease_days)
+
+    # --- lease and extensions ----------------------------------------------------------------
+
+    @property
+    def lease_total_days(self) -> int:
+        """The lease's whole length in days from its start: the days asked for at submission
+        plus every granted extension (``lease_extended_days``)."""
+        return self.lease_days + self.lease_extended_days
+
+    def extension_days_left(self, max_lease_days: int | None = None) -> int:
+        """Days an extension may still add: the team's maximum lease (``max_lease_days``,
+        default ``team.max_lease_days``) minus ``lease_total_days``; never below 0. The maximum
+        caps the lease in total, not each extension (7 days + 23 more = 30 at most)."""
+        limit = self.team.max_lease_days if max_lease_days is None else max_lease_days
+        return max(0, limit - self.lease_total_days)
+
+    @property
+    def lease_end_if_extended(self) -> Any:
+        """Where the lease end moves if the pending extension is granted; None without one (or
+        before the lease started)."""
+        if self.lease_end is None or self.extension_days_requested is None:
+            return None
+        return self.lease_end + timedelta(days=self.extension_days_requested)
 
     # --- transitions -----------------------------------------------------------------------
 
@@ -533,7 +553,7 @@ class VMRequest(models.Model):
             for name, value in fields.items():
                 setattr(self, name, value)
             if to_status in TERMINAL_STATES:
-                Reservation.objects.filter(holder=self.holder).delete()
+                release(self.holder)
             event = VMRequestEvent.objects.create(
                 request=self,
                 actor=actor,
@@ -757,8 +777,3 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} → #{self.vm_request_id}"
-
-
-# The webhook models live in their own module; importing them here registers them with the
-# ``vmrequests`` app (Django imports only ``<app>.models``). At the bottom: no import cycle.
-from vmrequests.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint, WebhookEvent  # noqa: E402,F401

@@ -2,16 +2,22 @@
 
 Who gets what (issue "VM requests and approvals", docs/configuration.md "Email"):
 
-- a new request (``submit``): the approvers of the request's team who have an email address and
-  the ``vmrequests.approve_vmrequest`` permission, one message each;
+- a new request (``submit``) still waiting for a decision: those who can decide it, asked of the
+  policy per candidate (``decider_recipients``: the team's approvers for whom
+  ``policy.decision_for(user, req, "approve")`` is allowed, with an email address; never the
+  requester for their own request). When none of them can (the requester is the team's only
+  approver, or no approver has an address), the admins (active superusers with an address) who
+  can. Nobody is mailed when a policy auto-approved the request;
 - ``approve`` / ``auto_approve`` / ``reject`` / ``mark_running`` / ``mark_failed`` /
-  ``mark_deleted``, and the lease warning (``send_lease_warning``, called by the lease task):
-  the requester, when they have an email address.
+  ``mark_deleted`` (with the approver's reason when they terminated the VM), and the lease
+  warning (``send_lease_warning``, called by the lease task): the requester, when they have an
+  email address.
 
 ``on_request_transitioned`` listens to ``vmrequests.models.request_transitioned``, which is sent
 after the transition's transaction commits (connected in ``VmrequestsConfig.ready``). Subjects
-and bodies are rendered in ``settings.LANGUAGE_CODE`` (the recipients' own language is not
-known); bodies come from ``templates/vmrequests/email/<name>.txt``. Links are absolute, built on
+and bodies are rendered in the recipient's language (``recipient_language``: the portal stores
+no per-user language, so ``settings.LANGUAGE_CODE``; English and Simplified Chinese catalogs);
+bodies come from ``templates/vmrequests/email/<name>.txt``. Links are absolute, built on
 ``settings.PORTAL_BASE_URL``. A mail that cannot be sent is logged (logger
 ``vmrequests.notifications``) and swallowed: it never breaks the status change that caused it.
 """
@@ -23,6 +29,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.mail import EmailMessage, mailers
 from django.template.loader import render_to_string
 from django.utils import dateformat, timezone
@@ -31,7 +38,7 @@ from django.utils.translation import override
 
 from vmrequests.choices import DeletionReason, EventAction, VMRequestStatus
 from vmrequests.models import VMRequest, VMRequestEvent
-from vmrequests.roles import APPROVE_PERMISSION
+from vmrequests.policy import decision_for
 
 log = logging.getLogger("vmrequests.notifications")
 
@@ -89,9 +96,18 @@ def _subject(name: str, req: VMRequest) -> str:
     return subjects[name] % params
 
 
-def _message(name: str, req: VMRequest, to: str, extra: dict[str, Any] | None = None) -> EmailMessage:
-    """Render mail ``name`` for ``req`` to one address, in ``settings.LANGUAGE_CODE``."""
-    with override(settings.LANGUAGE_CODE):
+def recipient_language(user: Any) -> str:
+    """The language a mail to ``user`` is written in: ``settings.LANGUAGE_CODE`` (users have no
+    stored language preference; the browser's choice is per session)."""
+    return str(settings.LANGUAGE_CODE)
+
+
+def _message(
+    name: str, req: VMRequest, to: Any, extra: dict[str, Any] | None = None, language: str = ""
+) -> EmailMessage:
+    """Render mail ``name`` for ``req`` to user ``to`` (their address, their language unless
+    ``language`` is given)."""
+    with override(language or recipient_language(to)):
         context = {
             "req": req,
             "url": request_url(req),
@@ -103,7 +119,7 @@ def _message(name: str, req: VMRequest, to: str, extra: dict[str, Any] | None = 
         }
         body = render_to_string(f"vmrequests/email/{name}.txt", context).strip() + "\n"
         subject = _subject(name, req)
-    return EmailMessage(subject, body, settings.DEFAULT_FROM_EMAIL, [to])
+    return EmailMessage(subject, body, settings.DEFAULT_FROM_EMAIL, [to.email])
 
 
 def _send(messages: Iterable[EmailMessage]) -> int:
@@ -118,20 +134,44 @@ def _send(messages: Iterable[EmailMessage]) -> int:
     return mailers.default.send_messages(batch) or 0
 
 
-def approver_addresses(req: VMRequest) -> list[str]:
-    """Email addresses of the approvers of ``req``'s team who may decide it: active, with an
-    email address and the approve permission (directly, by group, or as superuser). Sorted."""
-    users = req.team.approvers.exclude(email="").order_by("email")
-    return [u.email for u in users if u.has_perm(APPROVE_PERMISSION)]
+def decider_recipients(req: VMRequest) -> list[Any]:
+    """Who the "waits for your decision" mail of ``req`` goes to: the active approvers of its
+    team with an email address whom the policy allows to approve it now (not the requester:
+    self-approval; not when it is no longer submitted, e.g. auto-approved), by address. When
+    none, the active superusers with an address whom the policy allows (every admin but the
+    requester). ``[]`` when no one can act."""
+    team_approvers = req.team.approvers.filter(is_active=True).exclude(email="").order_by("email")
+    users = [u for u in team_approvers if decision_for(u, req, "approve")]
+    if users:
+        return users
+    admins = get_user_model().objects.filter(is_superuser=True, is_active=True).exclude(email="")
+    return [u for u in admins.order_by("email") if decision_for(u, req, "approve")]
 
 
 def notify_approvers(req: VMRequest) -> int:
-    """Mail every approver of the team about a new request (``approver_addresses``).
+    """Mail those who can decide the new request ``req`` (``decider_recipients``), one message
+    each, in each recipient's language.
 
     Returns:
         Messages sent. Raises whatever the mail backend raises.
     """
-    return _send(_message("new_request", req, to) for to in approver_addresses(req))
+    recipients = decider_recipients(req)
+    if not recipients and req.status == VMRequestStatus.SUBMITTED:
+        log.warning("nobody can decide request #%s; no mail sent", req.pk, extra={"vmrequest_id": req.pk})
+    return _send(_message("new_request", req, user) for user in recipients)
+
+
+def _termination(req: VMRequest) -> dict[str, Any]:
+    """Who terminated ``req`` and the reason they typed (the ``start_deletion`` event)."""
+    event = (
+        VMRequestEvent.objects.filter(request=req, action=EventAction.START_DELETION)
+        .select_related("actor")
+        .order_by("-created", "-pk")
+        .first()
+    )
+    if event is None:
+        return {}
+    return {"by": event.actor_display, "note": event.message}
 
 
 def _requester_extra(name: str, req: VMRequest, event: VMRequestEvent | None) -> dict[str, Any]:
@@ -143,7 +183,10 @@ def _requester_extra(name: str, req: VMRequest, event: VMRequestEvent | None) ->
         return {"ssh": ssh_command(req), "ip": req.ip_address or ""}
     if name == "deleted":
         reason = req.deletion_reason
-        return {"reason": DeletionReason(reason).label if reason in DeletionReason.values else ""}
+        extra = {"reason": DeletionReason(reason).label if reason in DeletionReason.values else ""}
+        if reason == DeletionReason.TERMINATED:
+            extra.update(_termination(req))
+        return extra
     return {}
 
 
@@ -155,9 +198,10 @@ def notify_requester(req: VMRequest, name: str, event: VMRequestEvent | None = N
     """
     if not req.requester.email:
         return 0
-    with override(settings.LANGUAGE_CODE):
+    language = recipient_language(req.requester)
+    with override(language):
         extra = _requester_extra(name, req, event)
-    return _send([_message(name, req, req.requester.email, extra)])
+    return _send([_message(name, req, req.requester, extra, language)])
 
 
 def _fresh(req: VMRequest) -> VMRequest:

@@ -30,9 +30,9 @@ from typing import Any
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from gpuinventory.capacity import CapacitySnapshot, NodeFree, ReprofileCandidate
+from gpuinventory.capacity import CapacitySnapshot, NodeFree, ReprofileCandidate, ResourceRow
 from gpuinventory.choices import ResourceKind
-from gpuinventory.models import GpuResource, PermittedDevice
+from gpuinventory.models import PermittedDevice
 from gpuinventory.naming import memory_gb_for_vgpu_family, parse_vgpu_type
 from vmrequests.choices import OPEN_STATES, VMMode
 from vmrequests.models import MAX_DEVICES, GpuQuota, Team, VMRequest
@@ -122,15 +122,14 @@ def gpu_options(mode: str, snapshot: CapacitySnapshot | None = None) -> list[Gpu
     """
     snap = snapshot or CapacitySnapshot()
     kind = MODE_KIND[VMMode(mode)]
-    rows: dict[str, list[GpuResource]] = defaultdict(list)
-    for r in snap.resources:
-        if r.kind == kind and r.permitted is not False:
-            rows[r.name].append(r)
+    rows: dict[str, list[ResourceRow]] = defaultdict(list)
+    for row in snap.rows:
+        if row.kind == kind and row.counts_for_requests and row.reason != "not_permitted":
+            rows[row.resource_name].append(row)
     reprofile = snap.reprofile_offers() if mode == VMMode.VGPU else {}
     options = []
     for name, group in rows.items():
         vtype = group[0].vgpu_type
-        frees = [snap.free_of(r) for r in group]
         options.append(
             GpuOption(
                 mode=mode,
@@ -138,8 +137,8 @@ def gpu_options(mode: str, snapshot: CapacitySnapshot | None = None) -> list[Gpu
                 resource_name=name,
                 vgpu_type=vtype,
                 model=group[0].model,
-                free=sum(frees),
-                max_on_one_node=max(frees, default=0),
+                free=sum(r.free for r in group),
+                max_on_one_node=max((r.free for r in group), default=0),
                 per_vm_limit=vgpus_per_vm_limit(vtype) if vtype else MAX_DEVICES,
                 reprofile=tuple(reprofile.get(vtype, ())) if vtype else (),
             )
@@ -178,6 +177,9 @@ class Placement:
         reprofile: the re-profile plan when no node has a free instance now.
         nodes_now: every usable node with enough free devices now (most free first).
         reason: why it does not fit, in the analyst's words ("" when it fits).
+        free_in_cluster: requestable free devices of the asked resource (or of every resource of
+            the asked vGPU type) across the cluster now: the snapshot's number, as the dashboard
+            and the form show it.
     """
 
     fits: bool
@@ -187,6 +189,7 @@ class Placement:
     reprofile: ReprofileCandidate | None = None
     nodes_now: tuple[NodeFree, ...] = ()
     reason: str = ""
+    free_in_cluster: int = 0
 
     def describe(self) -> str:
         """One line for the queue and the timeline."""
@@ -217,7 +220,7 @@ class Placement:
 def _gpu_words(resource_name: str, vgpu_type: str, snap: CapacitySnapshot) -> str:
     if vgpu_type:
         return _("%(type)s vGPU") % {"type": vgpu_type}
-    model = next((r.model for r in snap.resources if r.name == resource_name and r.model), "")
+    model = next((r.model for r in snap.rows if r.resource_name == resource_name and r.model), "")
     return model or resource_name
 
 
@@ -238,14 +241,17 @@ def find_placement(
     nodes: list[NodeFree] = []
     for name in names:
         nodes.extend(snap.nodes_offering(name, count))
+    in_cluster = sum(r.free for r in snap.rows if r.resource_name in names and r.counts_for_requests)
     if nodes:
         best = min(nodes, key=lambda n: (n.free, n.node))
         ordered = tuple(sorted(nodes, key=lambda n: (-n.free, n.node)))
-        return Placement(True, best.node, best.resource_name, best.free, None, ordered)
+        return Placement(
+            True, best.node, best.resource_name, best.free, None, ordered, free_in_cluster=in_cluster
+        )
     if mode == VMMode.VGPU and vgpu_type:
         for c in snap.reprofile_candidates(vgpu_type):
             if c.instances >= count:
-                return Placement(True, c.node, "", 0, c)
+                return Placement(True, c.node, "", 0, c, free_in_cluster=in_cluster)
     what = _gpu_words(resource_name, vgpu_type, snap)
     most = max((snap.max_free_on_one_node(n) for n in names), default=0)
     if most:
@@ -260,7 +266,7 @@ def find_placement(
         }
     else:
         reason = _("All %(what)s GPUs are in use or reserved right now.") % {"what": what}
-    return Placement(False, reason=reason)
+    return Placement(False, reason=reason, free_in_cluster=in_cluster)
 
 
 @dataclass(frozen=True)

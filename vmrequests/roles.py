@@ -3,7 +3,10 @@
 - ``analysts``: may request VMs (every signed-in user may, the group documents intent).
 - ``approvers``: hold ``vmrequests.approve_vmrequest`` and decide requests.
 - admins: Django superusers.
-Both groups and the permission are created by migration ``vmrequests.0001_roles``.
+Both groups and the permission are created by migration ``vmrequests.0001_roles``. What each
+role may do to a given request (and why not) is ``vmrequests.policy``, not decided here.
+The project's pages (home, API token form) ask ``roles_of`` and ``may_use_approve_scope``
+through ``portal.roles``, which finds this module by its name.
 """
 
 from __future__ import annotations
@@ -31,3 +34,12 @@ def roles_of(user: Any) -> list[str]:
     if user.groups.filter(name=ANALYSTS_GROUP).exists():
         roles.append("analyst")
     return roles
+
+
+def may_use_approve_scope(user: Any) -> bool:
+    """True when ``user`` may hold an API token with the ``approve`` scope: an approver of some
+    team (``Team.approvers``) or a holder of ``vmrequests.approve_vmrequest``. The token form asks
+    it through ``portal.roles``."""
+    if not getattr(user, "is_authenticated", False):
+        return False
+    return bool(user.has_perm(APPROVE_PERMISSION) or user.approver_of.exists())

@@ -1,7 +1,7 @@
-"""Celery tasks of the requests app: thin wrappers over ``vmrequests.provisioning`` and
-``vmrequests.webhooks.delivery``.
+"""Celery tasks of the requests app: thin wrappers over ``vmrequests.provisioning`` (the webhook
+tasks are in ``webhooks/tasks.py``).
 
-Names are explicit and stable (``vmrequests.provision``, ``vmrequests.webhook_deliver``); arguments
+Names are explicit and stable (``vmrequests.provision``, ``vmrequests.reconcile``); arguments
 are primary keys only; every task is idempotent (CONVENTIONS "Background work"). ``acks_late`` +
 ``reject_on_worker_lost`` (portal/settings.py) redeliver a message whose worker died; the step
 functions make that safe.
@@ -19,7 +19,6 @@ from celery.exceptions import Retry
 
 from portal.k8s import K8sTransientError
 from vmrequests import provisioning
-from vmrequests.webhooks import delivery as webhook_delivery
 
 log = logging.getLogger(__name__)
 
@@ -94,25 +93,3 @@ def reconcile() -> int:
         if outcome.action in CHANGED:
             changed += 1
     return changed
-
-
-@shared_task(name="vmrequests.webhook_deliver", ignore_result=True)
-def webhook_deliver(delivery_id: int) -> str:
-    """Make the next try of webhook delivery ``delivery_id``; when it asks for a retry, enqueue the
-    next try with its countdown (``next_attempt_at`` is already set, so the sweep covers a lost
-    message). Idempotent: ``deliver`` claims the delivery before each try and never re-sends a
-    succeeded or failed one, so duplicate messages are harmless.
-
-    Returns:
-        The outcome's action (``"sent"``, ``"skipped"``, ``"not_due"``, ``"lost"``, ...).
-    """
-    outcome = webhook_delivery.deliver(delivery_id)
-    if outcome.retry_in is not None:
-        webhook_delivery.enqueue(delivery_id, countdown=outcome.retry_in)
-    return outcome.action
-
-
-@shared_task(name="vmrequests.webhook_sweep", ignore_result=True)
-def webhook_sweep() -> int:
-    """Re-enqueue overdue pending/retrying webhook deliveries (beat every 60 s). Returns how many."""
-    return webhook_delivery.sweep()

@@ -34,6 +34,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from devcluster import labels as dlabels
 from devcluster.simulator.scheduler import is_terminal
 from devcluster.simulator.watch import Informer, Obj, call_json, obj_key
 from devcluster.simulator.workqueue import WorkQueue
@@ -76,9 +77,9 @@ def launcher_pod(vmi: Obj) -> Obj:
     labels = dict(meta.get("labels") or {})
     labels.update(
         {
-            "kubevirt.io": "virt-launcher",
+            dlabels.KUBEVIRT_APP: dlabels.VIRT_LAUNCHER,
             "kubevirt.io/created-by": meta["uid"],
-            "vm.kubevirt.io/name": hostname,
+            dlabels.KUBEVIRT_VM_NAME: hostname,
             "vmi.kubevirt.io/id": name,
         }
     )
@@ -347,7 +348,7 @@ class KubeVirtController:
                     "conditions": [],
                     "activePods": {pod["metadata"]["uid"]: node},
                 },
-                labels={"kubevirt.io/nodeName": node},
+                labels={dlabels.KUBEVIRT_NODE_NAME: node},
             )
             self._scheduled_at[key] = time.monotonic()
             return self._start_delay

@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
+from gpuinventory.capacity import Tally
 from gpuinventory.choices import SyncStatus, WorkloadMode
 from gpuinventory.diagnostics import describe_flags
 from gpuinventory.models import GpuConsumer, GpuNode, GpuResource, PermittedDevice, VgpuConfig
 
 
-class GpuResourceSerializer(serializers.ModelSerializer[GpuResource]):
-    """One extended resource of a node; ``free`` = max(0, allocatable − used), 0 when stale (DOMAIN.md §2)."""
+def _row(obj: GpuResource, context: Mapping[str, Any]) -> Any:
+    """The ``CapacitySnapshot`` row of a resource (None when stale or not counted)."""
+    snap = context.get("capacity")
+    return snap.row(obj.node_id, obj.name) if snap is not None else None
 
-    free = serializers.IntegerField(read_only=True)
+
+class GpuResourceSerializer(serializers.ModelSerializer[GpuResource]):
+    """One extended resource of a node with the capacity snapshot's numbers (docs/inventory.md §4):
+    ``reserved`` (active reservations), ``free`` (requestable now, reservations subtracted; 0 when
+    stale or not requestable), ``free_unusable`` and ``free_unusable_reason`` (why, one of
+    ``capacity.UNUSABLE_REASONS``, ``""`` when none)."""
+
+    reserved = serializers.SerializerMethodField()
+    free = serializers.SerializerMethodField()
+    free_unusable = serializers.SerializerMethodField()
+    free_unusable_reason = serializers.SerializerMethodField()
 
     class Meta:
         model = GpuResource
@@ -30,10 +44,33 @@ class GpuResourceSerializer(serializers.ModelSerializer[GpuResource]):
             "capacity",
             "allocatable",
             "used",
+            "reserved",
             "free",
+            "free_unusable",
+            "free_unusable_reason",
             "stale",
             "permitted",
         ]
+
+    def get_reserved(self, obj: GpuResource) -> int:
+        """Devices held by active reservations."""
+        row = _row(obj, self.context)
+        return row.reserved if row else 0
+
+    def get_free(self, obj: GpuResource) -> int:
+        """Requestable free devices now (reservations subtracted)."""
+        row = _row(obj, self.context)
+        return row.free if row else 0
+
+    def get_free_unusable(self, obj: GpuResource) -> int:
+        """Free devices that cannot be requested now."""
+        row = _row(obj, self.context)
+        return row.unusable if row else 0
+
+    def get_free_unusable_reason(self, obj: GpuResource) -> str:
+        """Why ``free_unusable`` devices cannot be requested (``""`` when there are none)."""
+        row = _row(obj, self.context)
+        return row.reason if row else ""
 
 
 class GpuConsumerSerializer(serializers.ModelSerializer[GpuConsumer]):
@@ -45,12 +82,15 @@ class GpuConsumerSerializer(serializers.ModelSerializer[GpuConsumer]):
 
 
 class GpuNodeSerializer(serializers.ModelSerializer[GpuNode]):
-    """A GPU node in lists: mode, model, readiness and device totals (non-stale resources)."""
+    """A GPU node in lists: mode, model, readiness and device totals of the capacity snapshot
+    (non-stale resources): ``devices_free`` = requestable free devices, reservations subtracted."""
 
     url = serializers.HyperlinkedIdentityField(view_name="api:inventory:gpunode-detail", lookup_field="name")
-    devices_total = serializers.IntegerField(read_only=True)
-    devices_used = serializers.IntegerField(read_only=True)
-    devices_free = serializers.IntegerField(read_only=True)
+    devices_total = serializers.SerializerMethodField()
+    devices_used = serializers.SerializerMethodField()
+    devices_reserved = serializers.SerializerMethodField()
+    devices_free = serializers.SerializerMethodField()
+    devices_free_unusable = serializers.SerializerMethodField()
     flag_count = serializers.SerializerMethodField()
 
     class Meta:
@@ -75,9 +115,35 @@ class GpuNodeSerializer(serializers.ModelSerializer[GpuNode]):
             "vgpu_config_state",
             "devices_total",
             "devices_used",
+            "devices_reserved",
             "devices_free",
+            "devices_free_unusable",
             "flag_count",
         ]
+
+    def _tally(self, obj: GpuNode) -> Tally:
+        snap = self.context.get("capacity")
+        return snap.node(obj.pk) if snap is not None else Tally()
+
+    def get_devices_total(self, obj: GpuNode) -> int:
+        """Σ allocatable devices (stale entries not counted)."""
+        return self._tally(obj).allocatable
+
+    def get_devices_used(self, obj: GpuNode) -> int:
+        """Σ devices requested by non-terminal pods."""
+        return self._tally(obj).used
+
+    def get_devices_reserved(self, obj: GpuNode) -> int:
+        """Devices held by active reservations (approved requests whose VM has not started)."""
+        return self._tally(obj).reserved
+
+    def get_devices_free(self, obj: GpuNode) -> int:
+        """Requestable free devices now (the same number the dashboard, form and queue use)."""
+        return self._tally(obj).free
+
+    def get_devices_free_unusable(self, obj: GpuNode) -> int:
+        """Free devices that cannot be requested now (cordoned, not ready, ...)."""
+        return self._tally(obj).unusable
 
     def get_flag_count(self, obj: GpuNode) -> int:
         """Number of stored diagnostics."""
@@ -128,34 +194,65 @@ class PermittedDeviceSerializer(serializers.ModelSerializer[PermittedDevice]):
 # --- /api/v1/inventory/summary/ (documentation of ``InventorySummary.as_dict``) -------------------
 
 
+class GpuEquivalentsSerializer(serializers.Serializer[Any]):
+    """Devices in whole GPUs: one device = its frame buffer ÷ the board's memory (a T4-8Q instance
+    on a 16 GB T4 = 0.5; passthrough and full container GPUs = 1; MIG profiles by memory fraction)."""
+
+    total = serializers.FloatField(help_text="GPU-equivalents of the allocatable devices.")
+    used = serializers.FloatField(help_text="GPU-equivalents in use (per node at most its allocatable).")
+    reserved = serializers.FloatField(help_text="GPU-equivalents held by active reservations.")
+    free = serializers.FloatField(help_text="GPU-equivalents of the requestable free devices.")
+    unsized_devices = serializers.IntegerField(
+        help_text="Allocatable devices left out: no known size (time-sliced nvidia.com/gpu.shared, "
+        "a MIG profile on a node of unknown memory, an unparsable vGPU type)."
+    )
+
+
+#: The reasons free devices cannot be requested now (``capacity.UNUSABLE_REASONS``).
+REASONS_HELP = (
+    "{reason: devices}; reasons: node_absent, node_not_ready, node_cordoned, vgpu_reconfiguring, "
+    "reprofile_promised, transitioning, other_mode, not_permitted."
+)
+
+
 class DeviceGroupSerializer(serializers.Serializer[Any]):
-    """Devices of one mode grouped by GPU model or by resource (``gpuinventory.summary.DeviceGroup``)."""
+    """Devices of one mode grouped by GPU model, resource or vGPU type (``gpuinventory.summary.DeviceGroup``)."""
 
     label = serializers.CharField(  # type: ignore[assignment]  # a field, not Field.label
         help_text="What people call it: GPU model, vGPU type, short resource name."
     )
-    nodes = serializers.IntegerField(help_text="Present nodes with this model / resource.")
+    nodes = serializers.IntegerField(help_text="Present nodes with this model / resource / type.")
     gpus = serializers.IntegerField(
-        allow_null=True, help_text="Physical GPUs of these nodes (by model); null by resource."
+        allow_null=True, help_text="Physical GPUs of these nodes (by model); null otherwise."
     )
     total = serializers.IntegerField(help_text="Σ allocatable devices (stale entries not counted).")
     used = serializers.IntegerField(help_text="Σ devices requested by non-terminal pods.")
-    free = serializers.IntegerField(help_text="Free devices a request can get now.")
+    reserved = serializers.IntegerField(
+        help_text="Devices held by active reservations (approved requests whose VM has not started)."
+    )
+    free = serializers.IntegerField(help_text="Free devices a request can get now (reservations subtracted).")
     resource = serializers.CharField(help_text='Extended resource name (by resource), else "".')
     kind = serializers.CharField(
-        help_text='Resource kind (gpu, gpu_shared, mig, passthrough, vgpu) by resource, else "".'
+        help_text='Resource kind (gpu, gpu_shared, mig, passthrough, vgpu) by resource / type, else "".'
     )
     model = serializers.CharField(help_text='GPU model; "" when a resource spans several models.')
-    free_unusable = serializers.IntegerField(help_text="Free devices that cannot be requested now.")
-    free_unusable_reasons = serializers.DictField(
-        child=serializers.IntegerField(),
-        help_text="{reason: devices}; reasons: node_absent, node_not_ready, node_cordoned, "
-        "vgpu_reconfiguring, transitioning, other_mode, not_permitted.",
+    vgpu_type = serializers.CharField(help_text='Bare vGPU type (by resource / type), else "".')
+    nodes_with_free = serializers.IntegerField(help_text="Nodes with at least one requestable free device.")
+    max_free_on_one_node = serializers.IntegerField(
+        help_text="The most requestable free devices on one node (a VM's devices come from one node)."
     )
+    free_unusable = serializers.IntegerField(help_text="Free devices that cannot be requested now.")
+    free_unusable_reasons = serializers.DictField(child=serializers.IntegerField(), help_text=REASONS_HELP)
+    gpu_equivalents = GpuEquivalentsSerializer()
 
 
 class ModeSummarySerializer(serializers.Serializer[Any]):
-    """Nodes and devices of one workload mode (``gpuinventory.summary.ModeSummary``)."""
+    """Nodes and devices of one workload mode (``gpuinventory.summary.ModeSummary``).
+
+    ``total``/``used``/``reserved``/``free`` add devices of every resource of the mode; when
+    ``uniform`` is false (vGPU types or MIG profiles of different sizes) that sum means little:
+    read ``by_vgpu_type``/``by_resource`` per type and ``gpu_equivalents``.
+    """
 
     mode = serializers.ChoiceField(choices=WorkloadMode.choices)
     nodes = serializers.IntegerField(help_text="Present nodes of the mode.")
@@ -166,11 +263,17 @@ class ModeSummarySerializer(serializers.Serializer[Any]):
     nodes_transitioning = serializers.IntegerField()
     total = serializers.IntegerField()
     used = serializers.IntegerField()
-    free = serializers.IntegerField(help_text="Requestable free devices.")
-    free_unusable = serializers.IntegerField(help_text="free + free_unusable = Σ max(0, allocatable − used).")
-    free_unusable_reasons = serializers.DictField(child=serializers.IntegerField())
+    reserved = serializers.IntegerField(help_text="Devices held by active reservations.")
+    free = serializers.IntegerField(help_text="Requestable free devices (reservations subtracted).")
+    free_unusable = serializers.IntegerField(
+        help_text="free + free_unusable = Σ max(0, allocatable − used − reserved)."
+    )
+    free_unusable_reasons = serializers.DictField(child=serializers.IntegerField(), help_text=REASONS_HELP)
+    uniform = serializers.BooleanField(help_text="Every device of the mode is a whole GPU.")
+    gpu_equivalents = GpuEquivalentsSerializer()
     by_model = DeviceGroupSerializer(many=True)
     by_resource = DeviceGroupSerializer(many=True)
+    by_vgpu_type = DeviceGroupSerializer(many=True, help_text="vm-vgpu: one entry per vGPU type.")
 
 
 class SummaryModesSerializer(serializers.Serializer[Any]):
@@ -201,7 +304,9 @@ class SyncRunSummarySerializer(serializers.Serializer[Any]):
 class InventorySummarySerializer(serializers.Serializer[Any]):
     """The dashboard's numbers (``gpuinventory.summary.InventorySummary.as_dict``).
 
-    Only present nodes count; stale resources never count; ``free`` is requestable devices only.
+    Only present nodes count; stale resources never count; ``free`` is requestable devices only,
+    reservations subtracted: the same numbers as the node list, the nodes API, the request form
+    and the approval queue (one ``CapacitySnapshot``, docs/inventory.md §4).
     """
 
     modes = SummaryModesSerializer()

@@ -24,6 +24,7 @@ from gpuinventory.api.serializers import (
     PermittedDeviceSerializer,
     VgpuConfigSerializer,
 )
+from gpuinventory.capacity import CapacitySnapshot
 from gpuinventory.filtersets import GpuNodeFilterSet, PermittedDeviceFilterSet, VgpuConfigFilterSet
 from gpuinventory.models import GpuConsumer, GpuNode, PermittedDevice, VgpuConfig
 from gpuinventory.summary import inventory_summary
@@ -82,6 +83,18 @@ class GpuNodeViewSet(viewsets.ReadOnlyModelViewSet[GpuNode]):
                 Prefetch("consumers", queryset=GpuConsumer.objects.order_by("resource_name", "pod_name"))
             )
         return queryset
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> BaseSerializer[GpuNode]:
+        """The serializer, after building the ``CapacitySnapshot`` of the nodes it shows (the page,
+        or the one node; one query) that its numbers come from."""
+        if args:
+            nodes = list(args[0]) if kwargs.get("many") else [args[0]]
+            self._capacity = CapacitySnapshot.of_nodes(nodes)
+        return super().get_serializer(*args, **kwargs)
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        """Adds ``capacity``: the snapshot the numbers come from."""
+        return {**super().get_serializer_context(), "capacity": getattr(self, "_capacity", None)}
 
     def get_serializer_class(self) -> type[BaseSerializer[GpuNode]]:
         """The list shows totals; the detail adds resources, consumers and flags."""

@@ -100,9 +100,16 @@ def sync_inventory() -> None:
     assert (run.status, run.error) == (SyncStatus.SUCCESS, "")
 
 
-def stat(page: Page, key: str) -> int:
-    """The number in the dashboard's ``[data-stat=key]`` element."""
-    return int(page.locator(f'[data-stat="{key}"]').inner_text().strip())
+def stat(page: Page, key: str) -> int | float:
+    """The number in the dashboard's ``[data-stat=key]`` element (GPU-equivalents may be decimal)."""
+    text = page.locator(f'[data-stat="{key}"]').inner_text().strip()
+    return float(text) if "." in text else int(text)
+
+
+def vgpu_free_per_type(page: Page) -> dict[str, int | float]:
+    """The vm-vgpu mode card: free instances per vGPU type."""
+    return {t: stat(page, f"vm-vgpu-{t}-free") for t in ("A100-20C", "T4-16C", "T4-16Q", "T4-8C", "T4-8Q")
+            if page.locator(f'[data-stat="vm-vgpu-{t}-free"]').count()}  # fmt: skip
 
 
 def choose(page: Page, selector: str, value: str) -> None:
@@ -256,9 +263,13 @@ def test_analyst_and_approver_main_journey(
     # Passthrough: 6 A100 PCIe 40GB (gpu-node-02 4, spec-passthrough-01 2; the demo's VMI
     # quant-analyst-01 uses one) and the A2000. vGPU: t4-node-01 16 x T4-8Q (default config),
     # t4-node-02 15 (T4-custom over default), gpu-node-03 4 x A100-20C, spec-vgpu-01 4 x T4-8Q,
-    # spec-vgpu-a100-01 2 x A100-20C; none used.
+    # spec-vgpu-a100-01 2 x A100-20C; none used. The vGPU card shows them per type, never as one
+    # "41 devices": T4-8Q 16 + 12 + 4 = 32, T4-8C 2 and T4-16C 1 (t4-node-02), A100-20C 4 + 2 = 6.
+    # In GPU-equivalents (frame buffer / board memory): 32 x 0.5 + 2 x 0.5 + 1 + 6 x 0.5 = 21 GPUs,
+    # the physical GPUs behind them (8 + 8 + 2 T4, 2 + 1 A100).
     assert [stat(page, f"vm-passthrough-{k}") for k in ("total", "used", "free")] == [7, 1, 6]
-    assert [stat(page, f"vm-vgpu-{k}") for k in ("total", "used", "free")] == [41, 0, 41]
+    assert vgpu_free_per_type(page) == {"A100-20C": 6, "T4-16C": 1, "T4-8C": 2, "T4-8Q": 32}
+    assert [stat(page, f"vm-vgpu-gpus-{k}") for k in ("total", "used", "free")] == [21, 0, 21]
     assert stat(page, f"{A2000}-free") == 1
     shot("e2e-01-dashboard")
 
@@ -365,10 +376,12 @@ def test_analyst_and_approver_main_journey(
 
     sync_inventory()
     page.click("nav.mainnav >> text=GPU inventory")
-    # t4-node-01 went from 16 x T4-8Q (all free) to 8 x T4-16Q, one of them used: vGPU devices
-    # 41 -> 33, free 41 -> 32; the A2000 is used: passthrough free 6 -> 5.
+    # t4-node-01 went from 16 x T4-8Q (all free) to 8 x T4-16Q, one of them used: per type T4-8Q
+    # 32 -> 16 free, T4-16Q 7 free; the fleet stays 21 GPU-equivalents, 1 used (a whole T4), 20
+    # free (a raw device sum would have jumped 41 -> 33). The A2000 is used: passthrough free 6 -> 5.
     expect(page.locator(f'[data-stat="{T4_16Q}-free"]')).to_have_text("7")
-    assert [stat(page, f"vm-vgpu-{k}") for k in ("total", "used", "free")] == [33, 1, 32]
+    assert vgpu_free_per_type(page) == {"A100-20C": 6, "T4-16C": 1, "T4-16Q": 7, "T4-8C": 2, "T4-8Q": 16}
+    assert [stat(page, f"vm-vgpu-gpus-{k}") for k in ("total", "used", "free")] == [21, 1, 20]
     assert [stat(page, f"vm-passthrough-{k}") for k in ("total", "used", "free")] == [7, 2, 5]
     assert stat(page, f"{A2000}-free") == 0
     shot("e2e-09-dashboard-after")

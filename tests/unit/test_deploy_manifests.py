@@ -3,7 +3,7 @@
 What is checked here: every manifest parses and is listed in the kustomization; every workload
 runs non-root, read-only, with resources and the probes it can honestly have; the RBAC is exactly
 the least-privilege set deploy/README.md explains (no wildcards), bound to the right identities;
-the ConfigMap is a valid production configuration; and ``portal/k8s.py`` still calls exactly
+the ConfigMap is a valid production configuration; and ``portal/k8s/`` still calls exactly
 the API methods that RBAC was written for. ``tests/integration/deploy/test_deploy_rbac.py``
 proves the same RBAC against the real API server.
 """
@@ -406,7 +406,7 @@ def test_cluster_role_is_exactly_what_the_adapter_uses() -> None:
 def test_gpu_operator_role_reads_one_config_map() -> None:
     role = of_kind("Role")["gpu-vm-portal-vgpu-config"]
     assert_no_wildcards(role)
-    # The name the sync reads when the ClusterPolicy names none (portal/k8s.py ClusterPolicyInfo).
+    # The name the sync reads when the ClusterPolicy names none (portal/k8s/types.py ClusterPolicyInfo).
     default_name = k8s.ClusterPolicyInfo(name="").vgpu_config_name
     assert rules_of(role) == [("", "configmaps", ("get",), (default_name,))]
     binding = of_kind("RoleBinding")["gpu-vm-portal-vgpu-config"]
@@ -509,7 +509,7 @@ def test_network_policies_deny_by_default_and_open_what_each_process_needs() -> 
         assert spec["policyTypes"] == ["Ingress", "Egress"]
 
 
-#: Every client method portal/k8s.py calls, and what the RBAC above grants it.
+#: Every client method the adapter (portal/k8s/) calls, and what the RBAC above grants it.
 ADAPTER_CALLS = {
     "get_code": "GET /version: every identity (system:public-info-viewer)",
     "list_node": "ClusterRole nodes list",
@@ -525,11 +525,12 @@ ADAPTER_CALLS = {
 
 
 def test_the_adapter_calls_nothing_the_rbac_was_not_written_for() -> None:
-    """A tripwire: a new Kubernetes call in portal/k8s.py fails here until deploy/ grants it
+    """A tripwire: a new Kubernetes call in portal/k8s/ fails here until deploy/ grants it
     (and ADAPTER_CALLS says where)."""
-    source = (ROOT / "portal" / "k8s.py").read_text()
+    source = "\n".join(path.read_text() for path in sorted((ROOT / "portal" / "k8s").glob("*.py")))
+    # The API classes are built only by portal/k8s/client.py: core_v1(), custom_objects(), VersionApi.
     called = set(
-        re.findall(r"\.((?:get|list|read|create|patch|delete|replace|watch|connect)_[a-z_]+)\b", source)
+        re.findall(r"(?:core_v1\(\)|custom_objects\(\)|VersionApi\(api_client\(\)\))\.([a-z_]+)", source)
     )
     assert called == set(ADAPTER_CALLS)
 

@@ -1,4 +1,4 @@
-"""The adapter's provisioning calls (portal/k8s.py): ``parse_vmi`` (conditions, IP, created,
+"""The adapter's provisioning calls (portal/k8s/): ``parse_vmi`` (conditions, IP, created,
 deleting) and ``get_node``, ``list_pods_on_node``, ``patch_node_labels``, ``create_vmi``,
 ``get_vmi``, ``delete_vmi``, ``list_vmis_labelled`` with a fake client object (no cluster):
 the arguments each passes, and how HTTP errors map to results or typed errors."""
@@ -15,6 +15,7 @@ from kubernetes import client as kube_client
 from kubernetes.client.exceptions import ApiException
 
 from portal import k8s
+from portal.k8s import client as k8s_client_module
 
 GROUP = ("kubevirt.io", "v1")
 SELECTOR = "app.kubernetes.io/managed-by=gpu-vm-portal"
@@ -56,7 +57,7 @@ def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[list[Any], list[Any]]
     """``(replies, calls)`` of a fake client used for both API classes; timeout 7 s."""
     replies: list[Any] = []
     calls: list[Any] = []
-    monkeypatch.setattr(k8s, "api_client", lambda: "the-api-client")
+    monkeypatch.setattr(k8s_client_module, "api_client", lambda: "the-api-client")
 
     def factory(api_client: Any) -> FakeApi:
         assert api_client == "the-api-client"

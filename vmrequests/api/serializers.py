@@ -18,6 +18,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.api.strict import StrictSerializer
+from vmrequests import policy
 from vmrequests.choices import DeletionReason, VMMode, VMRequestStatus
 from vmrequests.models import (
     MAX_CPU_CORES,
@@ -36,11 +37,41 @@ def _username(user: Any) -> str | None:
     return user.get_username() if user is not None else None
 
 
+class ActionDecisionSerializer(serializers.Serializer[Any]):
+    """The policy's answer for one action and the caller (``vmrequests.policy``)."""
+
+    allowed = serializers.BooleanField(read_only=True)
+    reason = serializers.CharField(read_only=True, help_text='Why not, in plain words; "" when allowed.')
+    kind = serializers.ChoiceField(
+        choices=["", "role", "status", "rule", "state"],
+        allow_blank=True,
+        read_only=True,
+        help_text='"" when allowed; "role" and "rule": the action would be 403 not-allowed; "status" and '
+        '"state": 409 invalid-transition (the request is not in a state the action starts from).',
+    )
+
+
+#: ``allowed_actions``: one ``ActionDecisionSerializer`` per action of ``policy.ACTIONS``.
+AllowedActionsSerializer = type(
+    "AllowedActionsSerializer",
+    (serializers.Serializer,),
+    {
+        "__doc__": "Every action of the request and whether the caller may run it now.",
+        **{
+            name: ActionDecisionSerializer(read_only=True, help_text=str(rule.label))
+            for name, rule in policy.ACTIONS.items()
+        },
+    },
+)
+
+
 class VMRequestSerializer(serializers.ModelSerializer[VMRequest]):
     """One VM request. Sizes: ``cpu_cores`` (cores), ``memory_gib`` (GiB), ``device_count``
     devices of ``resource_name`` (``""`` while a vGPU type waits for a re-profile) or of
     ``vgpu_type``. Times are ISO 8601 UTC. ``ssh_command`` (``virtctl ssh ...``) is set while
-    the VM runs."""
+    the VM runs. ``lease_extended_days``: days granted extensions added (the lease is
+    ``lease_days`` + these, at most the team's ``max_lease_days``). ``allowed_actions``: the
+    policy's answer for the caller, per action (``null`` without a caller: webhook payloads)."""
 
     team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     image: serializers.SlugRelatedField[VmImage] = serializers.SlugRelatedField(
@@ -51,6 +82,7 @@ class VMRequestSerializer(serializers.ModelSerializer[VMRequest]):
     decided_by = serializers.SerializerMethodField()
     ssh_command = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
+    allowed_actions = serializers.SerializerMethodField()
     # Declared: DRF drops allow_blank from read-only model fields, and the schema would then
     # forbid the "" a request that was not deleted has.
     deletion_reason = serializers.ChoiceField(
@@ -93,9 +125,11 @@ class VMRequestSerializer(serializers.ModelSerializer[VMRequest]):
             "lease_end",
             "extension_days_requested",
             "extension_reason",
+            "lease_extended_days",
             "vmi_created_at",
             "created",
             "updated",
+            "allowed_actions",
         ]
         read_only_fields = fields
 
@@ -118,6 +152,22 @@ class VMRequestSerializer(serializers.ModelSerializer[VMRequest]):
         if obj.status != "running" or not obj.vmi_name:
             return None
         return obj.virtctl_commands[0]
+
+    @extend_schema_field(AllowedActionsSerializer(allow_null=True))
+    def get_allowed_actions(self, obj: VMRequest) -> dict[str, dict[str, Any]] | None:
+        """``{action: {"allowed", "reason", "kind"}}`` for the caller (``policy.allowed_actions``);
+        one ``policy.Viewer`` per response (``context["policy_viewer"]``). None without a caller."""
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        if user is None:
+            return None
+        viewer = self.context.get("policy_viewer")
+        if not isinstance(viewer, policy.Viewer) or viewer.user is not user:
+            viewer = policy.Viewer(user)
+        return {
+            name: {"allowed": decision.allowed, "reason": decision.reason, "kind": decision.kind}
+            for name, decision in policy.allowed_actions(user, obj, viewer=viewer).items()
+        }
 
     @extend_schema_field(serializers.CharField())
     def get_url(self, obj: VMRequest) -> str:
@@ -199,30 +249,40 @@ class VMRequestCreateSerializer(StrictSerializer):
     )
 
 
-class NoteSerializer(StrictSerializer):
-    """Body of ``approve``, ``cancel`` and ``release``: an optional note for the timeline."""
+class TextField(serializers.CharField):
+    """A string field that refuses other JSON types (DRF's ``CharField`` turns ``77`` into
+    ``"77"``; the schema says string, so a number is a 400 with code ``invalid``)."""
 
-    note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+class NoteSerializer(StrictSerializer):
+    """Body of ``approve``, ``cancel``, ``release`` and ``retry``: an optional note for the timeline."""
+
+    note = TextField(required=False, allow_blank=True, max_length=2000, default="")
 
 
 class RejectSerializer(StrictSerializer):
-    """Body of ``reject``: the reason the requester will read (required)."""
+    """Body of ``reject`` and ``terminate``: the reason the requester will read (required)."""
 
-    reason = serializers.CharField(max_length=2000)
+    reason = TextField(max_length=2000)
 
 
 class ExtendSerializer(StrictSerializer):
     """Body of ``extend``: ``days`` more lease (1 to the team's maximum) and a ``reason``."""
 
     days = serializers.IntegerField(min_value=1, max_value=3650)
-    reason = serializers.CharField(max_length=2000)
+    reason = TextField(max_length=2000)
 
 
 class ExtensionDecisionSerializer(StrictSerializer):
     """Body of ``extension-decision``: grant (``approve: true``) or refuse the pending extension."""
 
     approve = serializers.BooleanField()
-    note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    note = TextField(required=False, allow_blank=True, max_length=2000, default="")
 
 
 class QuotaSerializer(serializers.ModelSerializer[GpuQuota]):

@@ -1,9 +1,12 @@
 """VM request API: list/create/retrieve, the actions, the timeline; teams and images.
 
-Visibility is ``VMRequest.objects.visible_to`` (404 for requests the caller may not see); the
-rules of who may do what live in ``vmrequests.approval`` and are mapped to problem details here:
-``NotAllowed`` → 403, ``TransitionError`` → 409 ``invalid-transition``, ``ApprovalRefused`` → 409
-``approval-refused``, ``ValueError`` → 400. Token scopes: ``scope_for_action``.
+Visibility is ``VMRequest.objects.visible_to`` (404 for requests the caller may not see); who
+may do what is ``vmrequests.policy`` (the services call it; every request carries its answer for
+the caller as ``allowed_actions``), mapped to problem details here: ``NotAllowed`` → 403
+``not-allowed`` (409 ``invalid-transition`` with ``current_status`` when the request's state
+refused it, as for a lost race: ``TransitionError``), ``ApprovalRefused`` → 409
+``approval-refused``, ``ValueError`` → 400. The actions are the pages' actions: approve, reject,
+cancel, release, terminate, retry, extend, extension-decision. Token scopes: ``scope_for_action``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from portal.api.pagination import StandardPagination
 from portal.api.problems import ProblemError
 from portal.api.schema import list_problem_responses, problem_responses
 from portal.models import TokenScope
-from vmrequests import approval
+from vmrequests import approval, policy
 from vmrequests.api.creation import CreateOutcome, create_request
 from vmrequests.api.serializers import (
     ExtendSerializer,
@@ -80,6 +83,8 @@ class VMRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         "extend": TokenScope.WRITE,
         "approve": TokenScope.APPROVE,
         "reject": TokenScope.APPROVE,
+        "terminate": TokenScope.APPROVE,
+        "retry": TokenScope.APPROVE,
         "extension_decision": TokenScope.APPROVE,
     }
 
@@ -90,6 +95,10 @@ class VMRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
             .select_related("team", "image", "requester", "submitted_by", "decided_by")
             .order_by("-created", "-pk")
         )
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        """DRF's context plus one ``policy.Viewer`` of the caller for every row's ``allowed_actions``."""
+        return {**super().get_serializer_context(), "policy_viewer": policy.Viewer(self.request.user)}
 
     def _respond(self, req: VMRequest, code: int = status.HTTP_200_OK) -> Response:
         req = self.get_queryset().get(pk=req.pk)
@@ -155,6 +164,10 @@ class VMRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         try:
             run(req, dict(body.validated_data))
         except approval.NotAllowed as exc:
+            if exc.is_conflict:
+                raise ProblemError(
+                    409, "invalid-transition", str(exc), extra={"current_status": req.status}
+                ) from exc
             raise ProblemError(403, "not-allowed", str(exc)) from exc
         except TransitionError as exc:
             raise ProblemError(
@@ -209,7 +222,7 @@ class VMRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         return self._act(NoteSerializer, lambda req, d: approval.cancel(req, request.user, d["note"]))
 
     @extend_schema(
-        summary="Release a running VM (requester, its filer, or an approver)",
+        summary="Release a VM: the requester's (or its filer's) \"I am done\"",
         request=NoteSerializer,
         responses={200: VMRequestSerializer, **problem_responses(400, 401, 403, 404, 409, 429)},
     )
@@ -217,6 +230,27 @@ class VMRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
     def release(self, request: Request, pk: str | None = None) -> Response:
         """End the VM early: the worker deletes the VMI, the request becomes deleted."""
         return self._act(NoteSerializer, lambda req, d: approval.release(req, request.user, d["note"]))
+
+    @extend_schema(
+        summary="Terminate a VM: an approver's forced stop, with the reason the requester is mailed",
+        request=RejectSerializer,
+        responses={200: VMRequestSerializer, **problem_responses(400, 401, 403, 404, 409, 429)},
+    )
+    @action(detail=True, methods=["post"])
+    def terminate(self, request: Request, pk: str | None = None) -> Response:
+        """Stop a provisioning or running VM of someone else (approvers of the team): the worker
+        deletes the VMI; ``reason`` goes to the timeline and the requester's mail."""
+        return self._act(RejectSerializer, lambda req, d: approval.terminate(req, request.user, d["reason"]))
+
+    @extend_schema(
+        summary="Retry a failed request (approvers of the team; re-checks capacity and quota)",
+        request=NoteSerializer,
+        responses={200: VMRequestSerializer, **problem_responses(400, 401, 403, 404, 409, 429)},
+    )
+    @action(detail=True, methods=["post"])
+    def retry(self, request: Request, pk: str | None = None) -> Response:
+        """Approve a failed request again: devices reserved anew, the worker provisions it again."""
+        return self._act(NoteSerializer, lambda req, d: approval.retry(req, request.user, d["note"]))
 
     @extend_schema(
         summary="Ask for a longer lease (requester or its filer)",

@@ -1,8 +1,11 @@
 """The request actions: approve, reject, cancel, release, terminate, lease extension, retry.
 
-POST only (405 otherwise), CSRF-protected. A request the user may not see is a 404; a user who
-may see it but not do this gets the 403 page; a refused transition or a request that no longer
-fits comes back as a message on the page the form was posted from (``next``, same site only).
+POST only (405 otherwise), CSRF-protected. A request the user may not see is a 404. Everything
+else comes back as a message on the page the form was posted from (``next``, same site only):
+a refusal of the policy (``vmrequests.policy.NotAllowed``: its reason, e.g. "You filed this
+request: another approver must decide it."), a refused transition, a request that no longer fits.
+The pages only draw the buttons the policy allows, so these messages are for stale pages and
+hand-made POSTs.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from collections.abc import Callable
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
-from django.utils import formats, timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
@@ -23,7 +25,7 @@ from vmrequests.approval import ApprovalRefused, NotAllowed
 from vmrequests.choices import VMRequestStatus
 from vmrequests.models import TransitionError, VMRequest
 from vmrequests.placement import Placement
-from vmrequests.views.lists import forbidden
+from vmrequests.views.lists import local_datetime
 
 # --- actions -----------------------------------------------------------------------------------
 
@@ -44,12 +46,23 @@ def _back(request: HttpRequest, req: VMRequest) -> HttpResponseRedirect:
     return HttpResponseRedirect(target)
 
 
+def _refused(
+    request: HttpRequest, req: VMRequest, exc: NotAllowed, template: str = "%(why)s"
+) -> HttpResponseRedirect:
+    """The policy's reason (in ``template``: %(id)s, %(why)s) as a message, a warning when the
+    request's state refused it, an error when the user's rights or a rule did; back on the page
+    the form came from."""
+    text = template % {"id": req.pk, "why": exc} if exc.refusal.kind in ("state", "rule") else str(exc)
+    (messages.warning if exc.is_conflict else messages.error)(request, text)
+    return _back(request, req)
+
+
 @require_POST
 def vmrequest_approve(request: HttpRequest, pk: int) -> HttpResponse:
     """Approve with an optional ``note``: re-checks capacity and quota and reserves the devices.
 
-    404 when not visible, 403 when the user may not decide it; a request that no longer fits or
-    was already decided is reported as a message and nothing changes.
+    404 when not visible; the policy's refusal (not an approver, the requester themself), a
+    request that no longer fits or was already decided come back as a message and nothing changes.
     """
     return _approve_or_retry(
         request,
@@ -62,14 +75,14 @@ def vmrequest_approve(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 def vmrequest_reject(request: HttpRequest, pk: int) -> HttpResponse:
-    """Reject with a required ``reason``. 404 when not visible, 403 when the user may not decide
-    it; a blank reason or an already decided request is reported and nothing changes."""
+    """Reject with a required ``reason``. 404 when not visible; the policy's refusal, a blank
+    reason or an already decided request come back as a message and nothing changes."""
     req = _visible_or_404(request, pk)
     reason = request.POST.get("reason", "").strip()
     try:
         approval.reject(req, request.user, reason)
     except NotAllowed as exc:
-        return forbidden(request, str(exc))
+        return _refused(request, req, exc)
     except ValueError:
         messages.error(request, _("Request #%(id)s was not rejected: give a reason.") % {"id": req.pk})
     except TransitionError as exc:
@@ -82,13 +95,13 @@ def vmrequest_reject(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def vmrequest_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     """Cancel (the requester or a decider, while submitted or approved) with an optional ``note``;
-    frees any reservation. 404 when not visible, 403 for other team members."""
+    frees any reservation. 404 when not visible, the policy's refusal as a message otherwise."""
     req = _visible_or_404(request, pk)
     note = request.POST.get("note", "").strip()
     try:
         approval.cancel(req, request.user, note)
     except NotAllowed as exc:
-        return forbidden(request, str(exc))
+        return _refused(request, req, exc)
     except TransitionError as exc:
         messages.warning(request, str(exc))
     else:
@@ -100,13 +113,13 @@ def vmrequest_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 def vmrequest_release(request: HttpRequest, pk: int) -> HttpResponse:
     """End a provisioning or running VM early (the requester or a decider) with an optional
     ``note``: the request moves to deleting and the worker deletes the VMI (enqueued on commit).
-    404 when not visible, 403 for other team members; any other status is a warning."""
+    404 when not visible, the policy's refusal as a message otherwise; any other status is a warning."""
     req = _visible_or_404(request, pk)
     note = request.POST.get("note", "").strip()
     try:
         approval.release(req, request.user, note)
     except NotAllowed as exc:
-        return forbidden(request, str(exc))
+        return _refused(request, req, exc)
     except TransitionError as exc:
         messages.warning(request, str(exc))
     else:
@@ -116,15 +129,15 @@ def vmrequest_release(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 def vmrequest_terminate(request: HttpRequest, pk: int) -> HttpResponse:
-    """End a provisioning or running VM (deciders) with a required ``reason``; the worker deletes
-    the VMI (enqueued on commit). 404 when not visible, 403 when the user may not decide it; a
-    blank reason or another status is reported and nothing changes."""
+    """An approver's forced stop of a provisioning or running VM, with a required ``reason``;
+    the worker deletes the VMI (enqueued on commit). 404 when not visible; the policy's refusal,
+    a blank reason or another status come back as a message and nothing changes."""
     req = _visible_or_404(request, pk)
     reason = request.POST.get("reason", "").strip()
     try:
         approval.terminate(req, request.user, reason)
     except NotAllowed as exc:
-        return forbidden(request, str(exc))
+        return _refused(request, req, exc)
     except ValueError:
         messages.error(request, _("Request #%(id)s was not terminated: give a reason.") % {"id": req.pk})
     except TransitionError as exc:
@@ -145,17 +158,17 @@ def _days(value: str) -> int:
 
 @require_POST
 def vmrequest_extend(request: HttpRequest, pk: int) -> HttpResponse:
-    """The requester of a running VM asks for ``days`` (1 … the team's maximum lease) more, with
-    a ``reason``; an approver decides. 404 when not visible, 403 for anyone but the requester; a
-    bad number of days or an extension already pending is an error, another status a warning;
-    nothing changes in either case."""
+    """The requester of a running VM asks for ``days`` more (1 … what the team's maximum lease
+    leaves in total), with a ``reason``; an approver decides. 404 when not visible; the policy's
+    refusal (not the requester, one already pending, the lease at the maximum) or a bad number of
+    days come back as a message and nothing changes."""
     req = _visible_or_404(request, pk)
     days = _days(request.POST.get("days", ""))
     reason = request.POST.get("reason", "").strip()
     try:
         approval.request_extension(req, request.user, days, reason)
     except NotAllowed as exc:
-        return forbidden(request, str(exc))
+        return _refused(request, req, exc, _("Request #%(id)s: no extension requested. %(why)s"))
     except TransitionError as exc:
         status = VMRequestStatus(exc.current).label if exc.current in VMRequestStatus.values else exc.current
         messages.warning(
@@ -187,16 +200,12 @@ def _decide_extension(request: HttpRequest, pk: int, *, approve: bool) -> HttpRe
     try:
         approval.decide_extension(req, request.user, approve=approve, note=note)
     except NotAllowed as exc:
-        return forbidden(request, str(exc))
+        return _refused(request, req, exc, _("Request #%(id)s: %(why)s"))
     except ValueError as exc:
         messages.error(request, _("Request #%(id)s: %(why)s") % {"id": req.pk, "why": exc})
     else:
         if approve:
-            end = (
-                formats.date_format(timezone.localtime(req.lease_end), "DATETIME_FORMAT")
-                if req.lease_end
-                else ""
-            )
+            end = local_datetime(req.lease_end) if req.lease_end else ""
             messages.success(
                 request,
                 ngettext(
@@ -213,26 +222,27 @@ def _decide_extension(request: HttpRequest, pk: int, *, approve: bool) -> HttpRe
 
 @require_POST
 def vmrequest_extension_approve(request: HttpRequest, pk: int) -> HttpResponse:
-    """Grant the pending lease extension (deciders) with an optional ``note``: the lease end
-    moves by the requested days and the expiry warning re-arms. 404 when not visible, 403 when
-    the user may not decide it; no extension pending is an error and nothing changes."""
+    """Grant the pending lease extension (approvers, not the requester) with an optional
+    ``note``: the lease end moves by the requested days and the expiry warning re-arms. 404 when
+    not visible; the policy's refusal (also: none pending, over the team's maximum) comes back as
+    a message and nothing changes."""
     return _decide_extension(request, pk, approve=True)
 
 
 @require_POST
 def vmrequest_extension_reject(request: HttpRequest, pk: int) -> HttpResponse:
-    """Refuse the pending lease extension (deciders) with an optional ``note``; the lease end
-    stays. 404 when not visible, 403 when the user may not decide it; no extension pending is an
-    error and nothing changes."""
+    """Refuse the pending lease extension (approvers, not the requester) with an optional
+    ``note``; the lease end stays. 404 when not visible; the policy's refusal (also: none
+    pending) comes back as a message and nothing changes."""
     return _decide_extension(request, pk, approve=False)
 
 
 @require_POST
 def vmrequest_retry(request: HttpRequest, pk: int) -> HttpResponse:
-    """Approve a failed request again (deciders) with an optional ``note``: re-checks capacity
-    and quota, reserves anew and enqueues provisioning on commit. 404 when not visible, 403 when
-    the user may not decide it; a request that no longer fits is an error with the plain reason,
-    another status a warning; nothing changes in either case."""
+    """Approve a failed request again (approvers, not the requester) with an optional ``note``:
+    re-checks capacity and quota, reserves anew and enqueues provisioning on commit. 404 when not
+    visible; the policy's refusal or a request that no longer fits come back as a message and
+    nothing changes."""
     return _approve_or_retry(
         request,
         pk,
@@ -246,15 +256,15 @@ def _approve_or_retry(
     request: HttpRequest, pk: int, service: Callable[..., Placement], *, refused: str, done: str
 ) -> HttpResponse:
     """Run ``approval.approve`` or ``approval.retry`` (same checks, same outcomes) with the POSTed
-    ``note``: 404 when not visible, 403 when the user may not decide; a request that no longer
-    fits is an error (``refused`` with the reasons), another status a warning; ``done`` with
-    where it will run on success."""
+    ``note``: 404 when not visible; the policy's refusal as a message (``_refused``); a request
+    that no longer fits is an error (``refused`` with the reasons), a lost race a warning;
+    ``done`` with where it will run on success."""
     req = _visible_or_404(request, pk)
     note = request.POST.get("note", "").strip()
     try:
         placement = service(req, request.user, note)
     except NotAllowed as exc:
-        return forbidden(request, str(exc))
+        return _refused(request, req, exc)
     except ApprovalRefused as exc:
         messages.error(request, refused % {"id": req.pk, "why": " ".join(exc.verdict.problems())})
     except TransitionError as exc:

@@ -3,9 +3,10 @@ actions: approve / reject / cancel, release / terminate, ask for / decide a leas
 All actions are POST-only and redirect back (to a safe ``next`` or the request page) with a message.
 
 Visibility is ``VMRequest.objects.visible_to(user)`` everywhere: a request the user may not see
-is a 404 (outsiders never learn it exists), also for the status partial and the actions. Who may
-decide is ``VMRequest.objects.decidable_by(user)``; the approval service re-checks it
-(``approval.NotAllowed`` → 403 for someone who can see the request but not decide it).
+is a 404 (outsiders never learn it exists), also for the status partial and the actions. Which
+buttons a page draws is ``vmrequests.policy.allowed_actions(user, req)``, the same answer the
+services enforce: only the buttons that will work, with a note where a rule (self-approval, the
+lease cap) hides one.
 
 The approval queue checks every pending request against ONE ``CapacitySnapshot`` and ONE
 ``QuotaBook``, so its query count does not grow with the number of requests.
@@ -33,31 +34,21 @@ from django_htmx.http import HttpResponseStopPolling
 
 from gpuinventory.capacity import CapacitySnapshot
 from portal.views_mixins import FilteredTableListMixin
-from vmrequests.choices import TRANSITIONS, EventAction, VMRequestStatus
+from vmrequests import policy
+from vmrequests.choices import EventAction, VMRequestStatus
 from vmrequests.filtersets import VMRequestFilterSet
 from vmrequests.models import VMRequest, VMRequestEvent
 from vmrequests.placement import QuotaBook, Verdict, check_request
-from vmrequests.roles import APPROVE_PERMISSION
 from vmrequests.sshkeys import describe_ssh_key
 from vmrequests.tables import VMRequestTable
 
-#: Statuses a request can be cancelled from (``choices.TRANSITIONS``).
-CANCELLABLE = TRANSITIONS[EventAction.CANCEL][0]
-#: Statuses a request can be approved or rejected from.
-DECIDABLE = TRANSITIONS[EventAction.APPROVE][0]
-#: Statuses a VM can be released (requester) or terminated (approver) from.
-ENDABLE = TRANSITIONS[EventAction.START_DELETION][0]
-#: Statuses a request can be retried (approved again) from.
-RETRYABLE = TRANSITIONS[EventAction.RETRY][0]
-#: Statuses in which someone may act on a request from its page.
-ACTIONABLE = CANCELLABLE | ENDABLE | RETRYABLE
 #: Element id of the request page's content, swapped in place when the polled status changes.
 PAGE_REGION_ID = "request-page"
 
 
 def can_approve(user: Any) -> bool:
     """True when ``user`` holds the approve permission (admins hold every permission)."""
-    return bool(getattr(user, "is_authenticated", False) and user.has_perm(APPROVE_PERMISSION))
+    return policy.Viewer(user).may_approve
 
 
 def forbidden(request: HttpRequest, reason: str) -> HttpResponse:
@@ -141,6 +132,14 @@ def placement_text(placement: dict[str, Any]) -> str:
     }
 
 
+def local_datetime(value: datetime) -> str:
+    """``value`` in the site's time zone and date format, with the zone: ``"Jan. 17, 2026,
+    9:30 a.m. UTC"`` (every time the pages show says its zone)."""
+    if timezone.is_aware(value):
+        value = timezone.localtime(value)
+    return f"{formats.date_format(value, 'DATETIME_FORMAT')} {formats.date_format(value, 'T')}"
+
+
 def _when(value: Any) -> str:
     """An ISO 8601 time stored in event data, in the site's local time and date format."""
     parsed = parse_datetime(value) if isinstance(value, str) else None
@@ -148,7 +147,7 @@ def _when(value: Any) -> str:
         return str(value or "")
     if timezone.is_aware(parsed):
         parsed = timezone.localtime(parsed)
-    return formats.date_format(parsed, "DATETIME_FORMAT")
+    return local_datetime(parsed)
 
 
 def worker_details(data: dict[str, Any]) -> list[str]:
@@ -271,15 +270,42 @@ def queue_verdict(req: VMRequest, snapshot: CapacitySnapshot, book: QuotaBook) -
     )
 
 
+#: The request page's buttons by card: decision (approve, reject, cancel), lifecycle (release,
+#: terminate, retry) and lease (ask for / decide an extension); names are ``policy.ACTIONS`` keys.
+DECISION_ACTIONS = ("approve", "reject", "cancel")
+LIFECYCLE_ACTIONS = ("release", "terminate", "retry")
+LEASE_ACTIONS = ("extend", "extension_approve", "extension_deny")
+#: The approval queue's buttons (it is for decisions; cancel and the rest are on the request page).
+QUEUE_ACTIONS = ("approve", "reject")
+
+
+def action_context(
+    user: Any,
+    req: VMRequest,
+    viewer: policy.Viewer | None = None,
+    only: tuple[str, ...] = DECISION_ACTIONS + LIFECYCLE_ACTIONS + LEASE_ACTIONS,
+) -> dict[str, Any]:
+    """What a page needs to draw ``req``'s buttons from ``policy.allowed_actions``, limited to
+    the actions ``only``: ``may`` (action name → bool, every ``policy.ACTIONS`` key),
+    ``action_notes`` (why a button a rule hides is missing: decision and lifecycle cards) and
+    ``lease_notes`` (the lease card's)."""
+    decisions = policy.allowed_actions(user, req, viewer=viewer)
+    return {
+        "may": {name: bool(decision) and name in only for name, decision in decisions.items()},
+        "action_notes": policy.notes(
+            decisions, [a for a in DECISION_ACTIONS + LIFECYCLE_ACTIONS if a in only]
+        ),
+        "lease_notes": policy.notes(decisions, [a for a in LEASE_ACTIONS if a in only]),
+    }
+
+
 @require_safe
 def vmrequest(request: HttpRequest, pk: int) -> HttpResponse:
     """One request: what was asked, the decision, where it runs and how to connect, the lease
-    (end, warning, pending extension), the timeline, and the actions the user may take by status
-    and rights: approve/reject (deciders) and cancel while pending; release (requester or
-    decider) and terminate (deciders) while provisioning or running; ask for an extension
-    (requester, running, none pending) and decide it (deciders); retry a failed request
-    (deciders). 404 when the user may not see it. The query count does not grow with the number
-    of events."""
+    (end with its time zone, the days granted in total, the pending extension and where it would
+    move the end), the timeline, and the buttons ``policy.allowed_actions`` allows, with a note
+    where a rule hides one. 404 when the user may not see it. The query count does not grow with
+    the number of events."""
     req = get_object_or_404(
         VMRequest.objects.visible_to(request.user).select_related(
             "requester", "submitted_by", "team", "image", "decided_by"
@@ -287,16 +313,11 @@ def vmrequest(request: HttpRequest, pk: int) -> HttpResponse:
         pk=pk,
     )
     events = list(req.events.select_related("actor").order_by("created", "pk"))
-    decider = (
-        req.status in ACTIONABLE and VMRequest.objects.decidable_by(request.user).filter(pk=req.pk).exists()
-    )
-    requester = req.requester_id == request.user.pk
+    actions = action_context(request.user, req)
+    may = actions["may"]
     running = req.status == VMRequestStatus.RUNNING
-    pending_extension = running and req.extension_days_requested is not None
-    may_decide = decider and req.status in DECIDABLE
-    may_retry = decider and req.status in RETRYABLE
     verdict = None
-    if may_decide or may_retry:
+    if may["approve"] or may["retry"]:
         verdict = queue_verdict(req, CapacitySnapshot(), QuotaBook([req.team_id]))
     context = {
         "req": req,
@@ -305,17 +326,14 @@ def vmrequest(request: HttpRequest, pk: int) -> HttpResponse:
         "timeline": [TimelineEntry(e, event_details(e)) for e in events],
         "ssh_key": ssh_key_summary(req.ssh_public_key),
         "connect": connect_commands(req),
-        "may_decide": may_decide,
-        "may_cancel": req.status in CANCELLABLE and (requester or decider),
-        "may_release": req.status in ENDABLE and (requester or decider),
-        "may_terminate": req.status in ENDABLE and decider,
-        "may_retry": may_retry,
-        "may_extend": running and requester and not pending_extension,
-        "may_decide_extension": pending_extension and decider,
-        "pending_extension": pending_extension,
+        **actions,
+        "any_action": any(may[name] for name in DECISION_ACTIONS + LIFECYCLE_ACTIONS)
+        or bool(actions["action_notes"]),
+        "pending_extension": running and req.extension_days_requested is not None,
         "show_lease": running and req.lease_end is not None,
         "lease_over": req.lease_end is not None and req.lease_end <= timezone.now(),
         "max_lease_days": req.team.max_lease_days,
+        "extension_days_left": req.extension_days_left(),
         "lease_warning_hours": settings.PORTAL_LEASE_WARNING_HOURS,
         "verdict": verdict,
         "last_step": next((e for e in reversed(events) if e.action == EventAction.PROGRESS), None),
@@ -357,23 +375,28 @@ def vmrequest_status(request: HttpRequest, pk: int) -> HttpResponse:
 
 @dataclass(frozen=True)
 class QueueRow:
-    """One pending request of the queue with its verdict and the lease end if started now."""
+    """One pending request of the queue with its verdict, the lease end if started now, and its
+    buttons (``action_context``: ``may``, ``action_notes``)."""
 
     req: VMRequest
     verdict: Verdict
     lease_end: datetime
+    actions: dict[str, Any]
 
 
 @require_safe
 def approval_queue(request: HttpRequest) -> HttpResponse:
-    """Pending requests the user may decide, oldest first, each with where it would run now (or
-    which idle node would be re-profiled), the team's quota after approval, problems when it
-    does not fit, and the lease end if started now. Approvers only (others: 403)."""
-    if not can_approve(request.user):
+    """Pending requests of the teams the user decides for (``policy.decidable_requests``),
+    oldest first, each with where it would run now (or which idle node would be re-profiled),
+    the team's quota after approval, problems when it does not fit, the lease end if started
+    now, and the buttons ``policy.allowed_actions`` allows (on their own request an approver
+    sees the note "another approver must decide it" instead). Approvers only (others: 403)."""
+    viewer = policy.Viewer(request.user)
+    scope = policy.decidable_requests(request.user, viewer=viewer)
+    if scope is None:
         return forbidden(request, _("Only approvers can see the approval queue."))
     pending = list(
-        VMRequest.objects.decidable_by(request.user)
-        .filter(status=VMRequestStatus.SUBMITTED)
+        VMRequest.objects.filter(scope, status=VMRequestStatus.SUBMITTED)
         .select_related("requester", "team", "image")
         .order_by("created", "pk")
     )
@@ -381,7 +404,15 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     if pending:
         snapshot = CapacitySnapshot()
         book = QuotaBook(r.team_id for r in pending)
-        rows = [QueueRow(r, queue_verdict(r, snapshot, book), r.lease_end_if_started()) for r in pending]
+        rows = [
+            QueueRow(
+                r,
+                queue_verdict(r, snapshot, book),
+                r.lease_end_if_started(),
+                action_context(request.user, r, viewer, QUEUE_ACTIONS),
+            )
+            for r in pending
+        ]
     return render(
         request,
         "vmrequests/approval_queue.html",

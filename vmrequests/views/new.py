@@ -26,8 +26,34 @@ from django.views.decorators.http import require_http_methods
 from vmrequests import approval
 from vmrequests.choices import VMRequestStatus
 from vmrequests.forms import VMRequestForm, initial_from
+from vmrequests.models import VMRequest
+from vmrequests.notifications import decider_recipients
 
 TEMPLATE = "vmrequests/vmrequest_add.html"
+
+
+def _submitted_message(req: VMRequest) -> str:
+    """What the requester is told after submitting ``req``: who the decision mail went to
+    (``notifications.decider_recipients``, the one routing rule), or that nobody can decide it."""
+    recipients = decider_recipients(req)
+    values = {"id": req.pk, "team": req.team}
+    if not recipients:
+        return (
+            _(
+                "Request #%(id)s submitted. Nobody can decide it yet: %(team)s has no other approver "
+                "and no admin has an e-mail address. Ask an admin to add an approver."
+            )
+            % values
+        )
+    if all(u.is_superuser and not req.team.approvers.filter(pk=u.pk).exists() for u in recipients):
+        return (
+            _(
+                "Request #%(id)s submitted. No approver of %(team)s can decide it, so the portal's "
+                "admins have been notified."
+            )
+            % values
+        )
+    return _("Request #%(id)s submitted. The approvers of %(team)s have been notified.") % values
 
 
 def _admins() -> list[Any]:
@@ -70,11 +96,7 @@ def vmrequest_add(request: HttpRequest) -> HttpResponse:
                         % {"id": req.pk},
                     )
                 else:
-                    messages.success(
-                        request,
-                        _("Request #%(id)s submitted. The approvers of %(team)s have been notified.")
-                        % {"id": req.pk, "team": req.team},
-                    )
+                    messages.success(request, _submitted_message(req))
                 return HttpResponseRedirect(req.get_absolute_url())
     else:
         data = request.POST if request.method == "POST" else request.GET

@@ -239,7 +239,7 @@ def deployed(
 
 @contextlib.contextmanager
 def adapter_as(kubeconfig: Path) -> Iterator[None]:
-    """Point the portal's adapter (``portal/k8s.py``) at ``kubeconfig`` for the duration."""
+    """Point the portal's adapter (``portal/k8s/``) at ``kubeconfig`` for the duration."""
     with override_settings(PORTAL_KUBECONFIG=str(kubeconfig), PORTAL_KUBE_CONTEXT=None):
         k8s.api_client.cache_clear()
         try:

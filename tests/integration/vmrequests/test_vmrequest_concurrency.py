@@ -214,7 +214,7 @@ def test_an_approval_waits_for_the_one_in_flight(world: World) -> None:
                     node=node,
                     resource_name=A2000,
                     count=1,
-                    holder=first.holder,
+                    holder=first.holder.key,
                     vmi_namespace=first.vmi_namespace,
                     vmi_name=first.vmi_name,
                 )
@@ -247,7 +247,7 @@ def test_an_approval_waits_for_the_one_in_flight(world: World) -> None:
     assert (a.is_alive(), b.is_alive()) == (False, False)
 
     assert outcome == {"first": "committed", second.pk: f"refused: {LAST_A2000_GONE}"}
-    assert reservations() == [(first.holder, "pt-a2000-01", A2000, 1)]
+    assert reservations() == [(first.holder.key, "pt-a2000-01", A2000, 1)]
     assert statuses([second.pk]) == {second.pk: VMRequestStatus.SUBMITTED}
 
 

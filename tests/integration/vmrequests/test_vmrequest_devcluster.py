@@ -122,7 +122,7 @@ def test_last_passthrough_device_is_reserved_once(team: Team) -> None:
             "vmi_namespace",
             "vmi_name",
         )
-    ) == [(A2000_NODE, A2000, "", 1, "", first.holder, team.namespace, first.vmi_name)]
+    ) == [(A2000_NODE, A2000, "", 1, "", first.holder.key, team.namespace, first.vmi_name)]
     event = first.events.get(action="approve")
     assert event.data == {
         "placement": {"fits": True, "node": A2000_NODE, "resource_name": A2000},
@@ -186,7 +186,7 @@ def test_launcher_pod_replaces_the_reservation(team: Team, k8s_api: k8s_client.A
         ) == [(A2000, 1, req.vmi_namespace, req.vmi_name)]
         # used 1, the reservation no longer active (reserved 0), free unchanged at 0.
         assert a2000_counts() == (1, 1, 0, 0)
-        assert Reservation.objects.filter(holder=req.holder).count() == 1
+        assert Reservation.objects.filter(holder=req.holder.key).count() == 1
         assert list(capacity.active_reservations()) == []
     finally:
         custom.delete_namespaced_custom_object(
@@ -246,7 +246,7 @@ def test_vgpu_type_by_reprofiling_an_idle_node(team: Team) -> None:
             "reprofile_from",
             "holder",
         )
-    ) == [("t4-node-01", "", "T4-16Q", 1, "T4-16Q", "", req.holder)]
+    ) == [("t4-node-01", "", "T4-16Q", 1, "T4-16Q", "", req.holder.key)]
     req.refresh_from_db()
     assert (req.status, req.resource_name, req.vgpu_type) == (VMRequestStatus.APPROVED, "", "T4-16Q")
     assert req.events.get(action="approve").data["placement"] == {

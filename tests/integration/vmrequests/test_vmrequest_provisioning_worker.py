@@ -492,7 +492,7 @@ def test_vgpu_request_reprofiles_an_idle_node(
     worker = start_worker()
     req = submit_t4_16q(world)
     approve(req, world.approver)
-    assert Reservation.objects.get(holder=req.holder).node.name == T4_NODE
+    assert Reservation.objects.get(holder=req.holder.key).node.name == T4_NODE
 
     actions = reconcile_until(req, {S.RUNNING}, worker)
     assert actions[-1] == "running"
@@ -508,7 +508,7 @@ def test_vgpu_request_reprofiles_an_idle_node(
         {"node": T4_NODE, "resource": T4_16Q, "allocatable": 8},
         {"vmi": f"{req.vmi_namespace}/{req.vmi_name}", "resource": T4_16Q, "pinned_to": T4_NODE},
     ]
-    res = Reservation.objects.get(holder=req.holder)
+    res = Reservation.objects.get(holder=req.holder.key)
     assert (
         res.node.name,
         res.resource_name,
@@ -539,7 +539,7 @@ def test_reprofile_refused_while_a_vmi_uses_the_nodes_vgpus(
     worker = start_worker()
     req = submit_t4_16q(world)
     approve(req, world.approver)
-    assert Reservation.objects.get(holder=req.holder).node.name == T4_NODE
+    assert Reservation.objects.get(holder=req.holder.key).node.name == T4_NODE
 
     wait_status(req, {S.FAILED, S.RUNNING}, worker)
     reason = (
@@ -553,7 +553,7 @@ def test_reprofile_refused_while_a_vmi_uses_the_nodes_vgpus(
         "node": T4_NODE,
         "pods": [f"{cluster.namespace}/{pod.metadata.name}"],
     }
-    assert not Reservation.objects.filter(holder=req.holder).exists()
+    assert not Reservation.objects.filter(holder=req.holder.key).exists()
     # Nothing changed on the cluster: the label, the vGPUs, the running VM and its pod.
     assert vgpu_labels(k8s_api, T4_NODE) == labels
     assert gpu_allocatable(k8s_api, T4_NODE) == allocatable
@@ -606,7 +606,7 @@ def test_failed_vgpu_config_puts_the_label_back(
         "restored": True,
         "restore": "default",
     }
-    assert not Reservation.objects.filter(holder=req.holder).exists()
+    assert not Reservation.objects.filter(holder=req.holder.key).exists()
     assert vmis_of(k8s_api, req) == []
     # The label went back to the config the node ran (absent = the ClusterPolicy default, which
     # the portal writes explicitly: removing the label would not revert a real node, DOMAIN.md §3);
@@ -660,7 +660,7 @@ def test_gpu_not_permitted_in_kubevirt_fails_with_the_message(
     }
     wait_for(lambda: vmis_of(k8s_api, req) == [], "the refused VMI deleted", timeout=DEADLINE)
     assert launcher_pods(k8s_api, req.vmi_namespace, req.vmi_name) == []
-    assert not Reservation.objects.filter(holder=req.holder).exists()
+    assert not Reservation.objects.filter(holder=req.holder.key).exists()
 
 
 def test_unschedulable_vmi_times_out_and_is_deleted(
@@ -708,7 +708,7 @@ def test_unschedulable_vmi_times_out_and_is_deleted(
         "the unschedulable VMI and its pod deleted",
         timeout=DEADLINE,
     )
-    assert not Reservation.objects.filter(holder=req.holder).exists()
+    assert not Reservation.objects.filter(holder=req.holder.key).exists()
     assert read_vmi(k8s_api, cluster.namespace, "blocker")["status"]["phase"] == "Running"
 
 
@@ -744,7 +744,7 @@ def test_lease_expiry_deletes_the_vmi_and_the_request(
             "The VirtualMachineInstance is gone; its devices are free.",
         ),
     ]
-    assert not Reservation.objects.filter(holder=req.holder).exists()
+    assert not Reservation.objects.filter(holder=req.holder.key).exists()
 
 
 def holds_a_waiting_provision(worker: WorkerProcess) -> bool:

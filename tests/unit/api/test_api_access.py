@@ -38,6 +38,11 @@ def _extension_pending(w: Any) -> None:
     VMRequest.objects.filter(pk=w.r_ana.pk).update(extension_days_requested=3, extension_reason="Rerun.")
 
 
+def _failed(w: Any) -> None:
+    """r_ana failed while provisioning (its devices freed)."""
+    VMRequest.objects.filter(pk=w.r_ana.pk).update(status="failed", failure_reason="Image pull failed.")
+
+
 def _note(w: Any) -> None:
     w.r_ana.record("note", "Asked on the ticket.", actor=w.apa)
 
@@ -115,6 +120,16 @@ def _check_cancel(w: Any, data: Any) -> None:
 
 def _check_release(w: Any, data: Any) -> None:
     assert (data["status"], data["deletion_reason"]) == ("deleting", "released")
+
+
+def _check_terminate(w: Any, data: Any) -> None:
+    assert (data["status"], data["deletion_reason"]) == ("deleting", "terminated")
+    event = VMRequestEvent.objects.filter(request=w.r_ana, action="start_deletion").get()
+    assert (event.actor, event.message) == (w.apa, "Over budget.")
+
+
+def _check_retry(w: Any, data: Any) -> None:
+    assert (data["status"], data["failure_reason"], data["decided_by"]) == ("approved", "", "apa")
 
 
 def _check_extend(w: Any, data: Any) -> None:
@@ -287,6 +302,28 @@ ENDPOINTS: dict[str, Endpoint] = {
         body={},
         setup=_running,
         outsider="olga",
+    ),
+    "terminate": Endpoint(
+        "POST",
+        lambda w: _detail(w, "terminate/"),
+        "approve",
+        "apa",
+        200,
+        _check_terminate,
+        body={"reason": "Over budget."},
+        setup=_running,
+        outsider="bob",
+    ),
+    "retry": Endpoint(
+        "POST",
+        lambda w: _detail(w, "retry/"),
+        "approve",
+        "apa",
+        200,
+        _check_retry,
+        body={"note": "Image fixed."},
+        setup=_failed,
+        outsider="bob",
     ),
     "extend": Endpoint(
         "POST",

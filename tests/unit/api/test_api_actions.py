@@ -105,7 +105,7 @@ def test_listed_approver_without_the_permission_is_403(world: Any) -> None:
 def test_approving_ones_own_request_is_403(world: Any) -> None:
     own = stored_request(world.quant, world.apa, world.image)
     body = problem(post(api(world.apa, "approve"), url(own, "approve"), {}), 403, "not-allowed")
-    assert body["detail"] == "You cannot approve your own request: another approver of the team must."
+    assert body["detail"] == "Needs another approver: you are the team's only approver."
     assert (status_of(own), Reservation.objects.count()) == ("submitted", 0)
 
 
@@ -246,7 +246,7 @@ def test_release_starts_deletion_and_enqueues_it_on_commit(
 def test_team_mate_may_not_release(world: Any, enqueued: dict[str, list[int]]) -> None:
     running(world.r_ana)
     body = problem(post(api(world.tim), url(world.r_ana, "release"), {}), 403, "not-allowed")
-    assert body["detail"] == "Only the requester or an approver of the team can release this VM."
+    assert body["detail"] == "Only the requester can release this VM; an approver terminates it instead."
     assert status_of(world.r_ana) == "running"
 
 
@@ -262,31 +262,45 @@ def test_release_of_a_submitted_request_is_409(world: Any) -> None:
 def test_extend_records_the_pending_extension(world: Any) -> None:
     running(world.r_ana)
     response = post(
-        api(world.ana, "write"), url(world.r_ana, "extend"), {"days": 30, "reason": "Longer run."}
+        api(world.ana, "write"), url(world.r_ana, "extend"), {"days": 23, "reason": "Longer run."}
     )
     data = response.json()
     assert (response.status_code, data["extension_days_requested"], data["extension_reason"]) == (
         200,
-        30,
+        23,
         "Longer run.",
     )
     event = VMRequestEvent.objects.get(request=world.r_ana)
-    assert (event.action, event.actor, event.data) == ("extension_request", world.ana, {"days": 30})
+    assert (event.action, event.actor, event.data) == ("extension_request", world.ana, {"days": 23})
 
 
-def test_extend_beyond_the_team_maximum_is_400(world: Any) -> None:
-    running(world.r_ana)
+def test_extend_beyond_the_team_maximum_in_total_is_400(world: Any) -> None:
+    running(world.r_ana)  # 7 days asked, maximum 30: 23 left
     body = problem(
-        post(api(world.ana), url(world.r_ana, "extend"), {"days": 31, "reason": "x"}), 400, "validation-error"
+        post(api(world.ana), url(world.r_ana, "extend"), {"days": 24, "reason": "x"}), 400, "validation-error"
     )
-    assert body["errors"] == [{"field": None, "code": "invalid", "detail": "Ask for 1 to 30 days."}]
+    detail = (
+        "Ask for 1 to 23 days: the team's maximum lease is 30 days in total and this lease already has 7."
+    )
+    assert body["errors"] == [{"field": None, "code": "invalid", "detail": detail}]
 
 
-def test_second_extension_while_one_is_pending_is_400(world: Any) -> None:
+def test_extend_of_a_lease_at_the_team_maximum_is_403(world: Any) -> None:
+    running(world.r_ana, lease_extended_days=23)
+    body = problem(
+        post(api(world.ana), url(world.r_ana, "extend"), {"days": 1, "reason": "x"}), 403, "not-allowed"
+    )
+    assert body["detail"] == "The lease is already at the team's maximum of 30 days in total."
+
+
+def test_second_extension_while_one_is_pending_is_409(world: Any) -> None:
     running(world.r_ana, extension_days_requested=3, extension_reason="first")
     body = problem(
-        post(api(world.ana), url(world.r_ana, "extend"), {"days": 2, "reason": "x"}), 400, "validation-error"
+        post(api(world.ana), url(world.r_ana, "extend"), {"days": 2, "reason": "x"}),
+        409,
+        "invalid-transition",
     )
+    assert body["current_status"] == "running"
     assert body["detail"] == "An extension is already waiting for an approver."
     assert VMRequest.objects.get(pk=world.r_ana.pk).extension_days_requested == 3
 
@@ -340,12 +354,62 @@ def test_extension_decision_by_a_non_approver_is_403(world: Any) -> None:
     assert VMRequest.objects.get(pk=world.r_ana.pk).extension_days_requested == 3
 
 
-def test_extension_decision_without_a_pending_extension_is_400(world: Any) -> None:
+def test_extension_decision_without_a_pending_extension_is_409(world: Any) -> None:
     running(world.r_ana)
     body = problem(
         post(api(world.apa), url(world.r_ana, "extension-decision"), {"approve": True}),
-        400,
-        "validation-error",
+        409,
+        "invalid-transition",
     )
     assert body["detail"] == "There is no lease extension waiting for a decision."
     assert VMRequest.objects.get(pk=world.r_ana.pk).lease_end == LEASE_END
+
+
+# --- terminate and retry (the pages' actions, now in the API too) ---------------------------------
+
+
+def test_terminate_needs_a_string_reason(world: Any) -> None:
+    running(world.r_ana)
+    body = problem(
+        post(api(world.apa), url(world.r_ana, "terminate"), {"reason": 77}), 400, "validation-error"
+    )
+    assert body["errors"] == [{"field": "reason", "code": "invalid", "detail": "Not a valid string."}]
+    body = problem(
+        post(api(world.apa), url(world.r_ana, "terminate"), {"reason": "  "}), 400, "validation-error"
+    )
+    assert status_of(world.r_ana) == "running"
+
+
+def test_terminate_records_the_reason_and_enqueues_the_deletion(
+    world: Any, enqueued: dict[str, list[int]], django_capture_on_commit_callbacks: Any
+) -> None:
+    running(world.r_ana)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post(api(world.apa), url(world.r_ana, "terminate"), {"reason": "Over budget."})
+    data = response.json()
+    assert (response.status_code, data["status"], data["deletion_reason"]) == (200, "deleting", "terminated")
+    assert data["allowed_actions"]["terminate"] == {
+        "allowed": False,
+        "kind": "status",
+        "reason": f"Request #{world.r_ana.pk} is deleting; it cannot be deleted.",
+    }
+    event = VMRequestEvent.objects.get(request=world.r_ana)
+    assert (event.action, event.actor, event.message) == ("start_deletion", world.apa, "Over budget.")
+    assert enqueued == {"provision": [], "delete_vmi": [world.r_ana.pk]}
+
+
+def test_the_requester_releases_and_may_not_terminate(world: Any) -> None:
+    running(world.r_ana)
+    body = problem(post(api(world.ana), url(world.r_ana, "terminate"), {"reason": "x"}), 403, "not-allowed")
+    assert body["detail"] == "You are not an approver of team Quant."
+
+
+def test_retry_of_a_failed_request_reserves_again(world: Any, enqueued: dict[str, list[int]]) -> None:
+    VMRequest.objects.filter(pk=world.r_ana.pk).update(status="failed", failure_reason="Pull failed.")
+    body = problem(post(api(world.ana), url(world.r_ana, "retry"), {}), 403, "not-allowed")
+    assert body["detail"] == "You are not an approver of team Quant."
+    response = post(api(world.apa), url(world.r_ana, "retry"), {"note": "Image fixed."})
+    assert (response.status_code, response.json()["status"]) == (200, "approved")
+    assert Reservation.objects.get().holder == f"vmrequest:{world.r_ana.pk}"
+    body = problem(post(api(world.apa), url(world.r_ana, "retry"), {}), 409, "invalid-transition")
+    assert body["current_status"] == "approved"

@@ -140,7 +140,9 @@ def test_request_list_query_budget_does_not_grow_with_rows(world: Any) -> None:
         )
     ten = _budget(client, URL)
     assert len(ids(send(client, "GET", URL))) == 10
-    assert one == ten == 4  # 2 token lookups (knox), count, the page with its related rows
+    # 2 token lookups (knox), count, the page with its related rows, and the caller's permissions
+    # (user and group: 2, once per response) for allowed_actions
+    assert one == ten == 6
 
 
 def test_timeline_query_budget_does_not_grow_with_events(world: Any) -> None:

@@ -79,7 +79,7 @@ def test_schema_generates_without_warnings_and_matches_the_committed_file(
 def test_every_operation_documents_auth_and_problem_details() -> None:
     schema = committed()
     ops = operations(schema)
-    assert len(ops) == 22
+    assert len(ops) == 24
     assert schema["components"]["securitySchemes"] == {
         "cookieAuth": {"type": "apiKey", "in": "cookie", "name": "sessionid"},
         "tokenAuth": {

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from portal.api.views import MeView
 from tests.unit.api.conftest import api, create_body, post, problem, send
+from vmrequests.api.me import MeView
 from vmrequests.models import VMRequest
 
 pytestmark = pytest.mark.django_db

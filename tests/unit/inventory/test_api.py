@@ -196,8 +196,25 @@ def test_summary_numbers(fleet: list[GpuNode]) -> None:
             "model": "T4",
             "free_unusable": 0,
             "free_unusable_reasons": {},
+            "reserved": 0,
+            "vgpu_type": "T4-8Q",
+            "nodes_with_free": 1,
+            "max_free_on_one_node": 3,
+            # 8 GB instances of a 16 GB T4: 6 → 3 GPUs; used 1 + min(3, 2) = 3 → 1.5
+            "gpu_equivalents": {"total": 3, "used": 1.5, "reserved": 0, "free": 1.5, "unsized_devices": 0},
         }
     ]
+    assert [(g["label"], g["free"], g["total"]) for g in modes["vm-vgpu"]["by_vgpu_type"]] == [
+        ("T4-8Q", 3, 6)
+    ]
+    assert (modes["vm-vgpu"]["uniform"], modes["vm-passthrough"]["uniform"]) == (False, True)
+    assert modes["container"]["gpu_equivalents"] == {
+        "total": 8,
+        "used": 2,
+        "reserved": 0,
+        "free": 6,
+        "unsized_devices": 0,
+    }
     assert (modes["vm-vgpu"]["free_unusable"], modes["vm-vgpu"]["free_unusable_reasons"]) == (0, {})
     assert modes["vm-passthrough"]["by_model"][0]["label"] == "RTX A2000 12GB"
     assert payload["absent_nodes"] == 1

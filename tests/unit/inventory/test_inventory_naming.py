@@ -8,16 +8,13 @@ import pytest
 
 from gpuinventory import naming
 from gpuinventory.choices import ResourceKind, WorkloadMode
+from gpuinventory.identity import gfd_count, gfd_memory_mib, gfd_model, identify_gpus
 from gpuinventory.naming import (
     PCI_MODELS,
     ModelSource,
     ResourceInfo,
     classify_resource,
-    gfd_count,
     gfd_family,
-    gfd_memory_mib,
-    gfd_model,
-    identify_gpus,
     kubevirt_pci_selector,
     mdev_type_name,
     model_for_pci_id,
@@ -335,17 +332,37 @@ def test_identify_unknown_and_annotations() -> None:
     bare = identify_gpus(WorkloadMode.VM_PASSTHROUGH, {}, {}, _adv(("nvidia.com/26b5", 2)))
     assert (bare.model, bare.count, bare.source) == ("unknown model, PCI 10de:26b5", 2, ModelSource.PCI_ID)
     assert [f["code"] for f in bare.flags] == ["gpu_model_unknown"]
-    assert bare.flags[0]["params"] == {"annotation": "gpu-vm-portal/gpu-model"}
+    assert bare.flags[0]["params"] == {"annotation": "gpu-vm-portal.io/gpu-model"}
     annotated = identify_gpus(
-        WorkloadMode.VM_PASSTHROUGH, {}, {"gpu-vm-portal/gpu-model": "L40"}, _adv(("nvidia.com/26b5", 2))
+        WorkloadMode.VM_PASSTHROUGH, {}, {"gpu-vm-portal.io/gpu-model": "L40"}, _adv(("nvidia.com/26b5", 2))
     )
     assert (annotated.model, annotated.source, annotated.flags) == ("L40", ModelSource.ANNOTATION, ())
-    nothing = identify_gpus(WorkloadMode.VM_PASSTHROUGH, {}, {"gpu-vm-portal/gpu-count": "2"}, [])
+    nothing = identify_gpus(WorkloadMode.VM_PASSTHROUGH, {}, {"gpu-vm-portal.io/gpu-count": "2"}, [])
     assert (nothing.model, nothing.count, [f["code"] for f in nothing.flags]) == (
         "",
         2,
         ["gpu_model_unknown"],
     )
+
+
+def test_identify_reads_the_deprecated_annotations_and_flags_them() -> None:
+    """Nodes annotated before the keys moved to ``gpu-vm-portal.io/`` keep their model and count."""
+    old = {"gpu-vm-portal/gpu-model": "L40", "gpu-vm-portal/gpu-count": " 2 "}
+    ident = identify_gpus(WorkloadMode.VM_PASSTHROUGH, {}, old, [])
+    assert (ident.model, ident.count, ident.source) == ("L40", 2, ModelSource.ANNOTATION)
+    assert list(ident.flags) == [
+        {
+            "code": "deprecated_annotation",
+            "params": {"old": "gpu-vm-portal/gpu-model", "new": "gpu-vm-portal.io/gpu-model", "value": "L40"},
+        },
+        {
+            "code": "deprecated_annotation",
+            "params": {"old": "gpu-vm-portal/gpu-count", "new": "gpu-vm-portal.io/gpu-count", "value": "2"},
+        },
+    ]
+    both = {"gpu-vm-portal.io/gpu-model": "L40S", "gpu-vm-portal/gpu-model": "L40"}
+    newer = identify_gpus(WorkloadMode.VM_PASSTHROUGH, {}, both, _adv(("nvidia.com/26b5", 2)))
+    assert (newer.model, newer.count, newer.flags) == ("L40S", 2, ())
 
 
 def test_identify_vgpu_counts() -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from gpuinventory.choices import ModeSource, ResourceKind, WorkloadMode
 from gpuinventory.models import GpuConsumer, GpuNode, GpuResource
-from gpuinventory.nodeview import DerivedConsumer, DerivedResource, derive_node, parse_count
+from gpuinventory.nodeview import DerivedConsumer, DerivedResource, derive_node
 from gpuinventory.vgpuconfig import ConfigEntry, parse_config_map_data
 from portal.k8s import NodeInfo
 from tests.factories import (
@@ -375,13 +375,6 @@ def test_model_fields_map_onto_the_models() -> None:
     assert d.model_fields()["workload_mode"] == "vm-passthrough"
 
 
-@pytest.mark.parametrize(
-    ("text", "value"), [("8", 8), ("0", 0), ("1k", 1000), ("2Ki", 2048), ("1.5", None), ("x", None)]
-)
-def test_parse_count(text: str, value: int | None) -> None:
-    assert parse_count(text) == value
-
-
 def test_unhealthy_and_unparsed() -> None:
     node = NodeInfo(
         name="n",
@@ -432,7 +425,7 @@ def test_vgpu_node_without_devices_and_not_reconfiguring_still_asks_for_annotati
 
 @pytest.mark.django_db
 def test_sync_keeps_the_stored_identity_while_reconfiguring() -> None:
-    from gpuinventory.sync import _keep_identity
+    from gpuinventory.sync.apply import _keep_identity
     from tests.factories import stored_node
 
     stored = stored_node(

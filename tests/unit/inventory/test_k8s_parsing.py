@@ -1,4 +1,4 @@
-"""The adapter's raw-JSON parsing (portal/k8s.py), fed the real samples of ../shared/samples in place,
+"""The adapter's raw-JSON parsing (portal/k8s/), fed the real samples of ../shared/samples in place,
 and its pagination/timeout/error handling with a fake client method (no cluster)."""
 
 from __future__ import annotations
@@ -13,23 +13,8 @@ from django.test import override_settings
 from kubernetes.client.exceptions import ApiException
 
 from portal import k8s
+from portal.k8s import raw as k8s_raw
 from tests.factories import load_sample, sample_objects
-
-
-def test_quantities() -> None:
-    assert [k8s.parse_int_quantity(q) for q in ("8", "0", "1k", "2e3", "2000m", "1Ki", "+3", 4)] == [
-        8,
-        0,
-        1000,
-        2000,
-        2,
-        1024,
-        3,
-        4,
-    ]
-    for bad in ("0.5", "1500m", "-1", "abc", "1.5e0", ""):
-        with pytest.raises(ValueError):
-            k8s.parse_int_quantity(bad)
 
 
 def test_b200_sample_nodes() -> None:
@@ -273,7 +258,7 @@ def test_pagination_passes_limit_continue_and_timeout(monkeypatch: pytest.Monkey
         {"items": [{"metadata": {"name": "b"}}, {"metadata": {"name": "c"}}], "metadata": {"continue": ""}},
     ]
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(k8s, "_lister", lambda kind: _fake_lister(pages, calls))
+    monkeypatch.setattr(k8s_raw, "_lister", lambda kind: _fake_lister(pages, calls))
     assert [n.name for n in k8s.list_nodes()] == ["a", "b", "c"]
     assert calls == [
         {"limit": 500, "_preload_content": False, "_request_timeout": 7},
@@ -283,7 +268,7 @@ def test_pagination_passes_limit_continue_and_timeout(monkeypatch: pytest.Monkey
 
 def test_list_pods_drops_terminal_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     pages = [{"items": [_pod({}, phase="Running"), _pod({}, phase="Succeeded")], "metadata": {}}]
-    monkeypatch.setattr(k8s, "_lister", lambda kind: _fake_lister(pages, []))
+    monkeypatch.setattr(k8s_raw, "_lister", lambda kind: _fake_lister(pages, []))
     assert [p.phase for p in k8s.list_pods()] == ["Running"]
 
 
@@ -295,17 +280,21 @@ def _raiser(exc: Exception) -> Callable[..., Any]:
 
 
 def test_errors_are_typed_and_missing_crds_tolerated(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(k8s, "_lister", lambda kind: _raiser(ApiException(status=404, reason="Not Found")))
+    monkeypatch.setattr(
+        k8s_raw, "_lister", lambda kind: _raiser(ApiException(status=404, reason="Not Found"))
+    )
     assert k8s.list_kubevirts() == []
     assert k8s.list_vmis() == []
     assert k8s.get_cluster_policy() is None
     with pytest.raises(k8s.K8sNotFound):
         k8s.list_nodes()
-    monkeypatch.setattr(k8s, "_lister", lambda kind: _raiser(ApiException(status=403, reason="Forbidden")))
+    monkeypatch.setattr(
+        k8s_raw, "_lister", lambda kind: _raiser(ApiException(status=403, reason="Forbidden"))
+    )
     with pytest.raises(k8s.K8sForbidden):
         k8s.list_kubevirts()
     monkeypatch.setattr(
-        k8s,
+        k8s_raw,
         "_lister",
         lambda kind: _raiser(
             urllib3.exceptions.MaxRetryError(
@@ -326,6 +315,6 @@ def test_cluster_policy_first_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
             "metadata": {},
         }
     ]
-    monkeypatch.setattr(k8s, "_lister", lambda kind: _fake_lister(pages, []))
+    monkeypatch.setattr(k8s_raw, "_lister", lambda kind: _fake_lister(pages, []))
     policy = k8s.get_cluster_policy()
     assert policy is not None and policy.name == "cluster-policy"

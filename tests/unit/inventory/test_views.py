@@ -67,11 +67,12 @@ def client_for(role: str) -> Client:
     return client
 
 
-def stat(html: str, key: str) -> int:
-    """The number in ``<dd ... data-stat="key">N</dd>``."""
-    match = re.search(rf'data-stat="{re.escape(key)}">(\d+)<', html)
+def stat(html: str, key: str) -> int | float:
+    """The number in ``<dd ... data-stat="key">N</dd>`` (GPU-equivalents may be decimal)."""
+    match = re.search(rf'data-stat="{re.escape(key)}">(\d+(?:\.\d+)?)<', html)
     assert match, f"no stat {key}"
-    return int(match.group(1))
+    text = match.group(1)
+    return float(text) if "." in text else int(text)
 
 
 def node_names(response: Any) -> list[str]:
@@ -195,7 +196,7 @@ def test_htmx_summary_partial(fleet: list[GpuNode]) -> None:
     body = response.content.decode()
     assert body.lstrip().startswith('<section id="inventory-summary"')
     assert 'id="node-table"' not in body
-    assert stat(body, "vm-vgpu-total") == 6
+    assert stat(body, "vm-vgpu-gpus-total") == 3  # 6 × T4-8Q, half a 16 GB T4 each
 
 
 def test_every_htmx_control_has_a_real_link(fleet: list[GpuNode]) -> None:
@@ -293,7 +294,9 @@ def test_query_budget_does_not_grow_with_nodes(path: str, django_assert_max_num_
     stored_fleet(17)  # 51 nodes, all on one page
     large = count_queries(client, path)
     assert small == large
-    with django_assert_max_num_queries(16):
+    # 17 on the dashboard: the summary's snapshot and the page's snapshot each read the active
+    # reservations once (a fixed cost, not per node).
+    with django_assert_max_num_queries(17):
         client.get(path)
 
 
@@ -309,7 +312,7 @@ def test_node_page_query_budget(django_assert_max_num_queries: Any) -> None:
     for index in range(40):
         stored_resource(node, f"nvidia.com/GRID_T4-{index}Q", 1, vgpu_type=f"T4-{index}Q")
         stored_consumer(node, f"nvidia.com/GRID_T4-{index}Q", f"virt-launcher-{index}", vmi_name=f"vm{index}")
-    with django_assert_max_num_queries(9):
+    with django_assert_max_num_queries(10):  # + the node's active reservations (one query)
         assert client.get("/inventory/nodes/big/").status_code == 200
 
 
@@ -332,9 +335,11 @@ def test_dashboard_numbers(fleet: list[GpuNode]) -> None:
         "vm-vgpu-nodes-ready": 1,
         "vm-vgpu-nodes-in-use": 2,
         "vm-vgpu-nodes-idle": 0,
-        "vm-vgpu-total": 6,
-        "vm-vgpu-used": 4,
-        "vm-vgpu-free": 3,  # 4 − 1, plus max(0, 2 − 3)
+        # vGPU instances are shown per type (never one "devices" sum) and in GPU-equivalents:
+        "vm-vgpu-T4-8Q-free": 3,  # 4 − 1, plus max(0, 2 − 3)
+        "vm-vgpu-gpus-total": 3,  # 6 instances × 8 GB ÷ 16 GB
+        "vm-vgpu-gpus-used": 1.5,  # 1 + min(3, 2) instances used × 0.5
+        "vm-vgpu-gpus-free": 1.5,  # 3 free × 0.5
         "nvidia.com/GRID_T4-8Q-free": 3,
     }
     assert {key: stat(html, key) for key in expected} == expected
@@ -349,7 +354,8 @@ def test_dashboard_numbers(fleet: list[GpuNode]) -> None:
     ]
     # the chart: one SVG per mode with devices, used bar widths proportional (290 units = largest total)
     assert html.count('<svg class="barchart"') == 3
-    assert 'class="bar-used" x="240" y="4" width="193.3"' in html  # vGPU: 4 used of 6
+    # vGPU bars in GPU-equivalents: 1.5 of 3 GPUs used (each node's used capped at its allocatable)
+    assert 'class="bar-used" x="240" y="4" width="145.0"' in html
 
 
 def test_bare_pci_id_is_shown_as_unknown_model(fleet: list[GpuNode]) -> None:
@@ -425,7 +431,7 @@ def test_dashboard_in_chinese(fleet: list[GpuNode]) -> None:
     assert "立即同步" not in html  # analysts get no Sync now button
     assert "按 GPU 型号" in html
     assert re.search(r"上次同步：\d+ 秒前", html)
-    assert stat(html, "vm-vgpu-free") == 3
+    assert stat(html, "vm-vgpu-T4-8Q-free") == 3
     node = client.get("/inventory/nodes/gpu-p-000/", headers={"Accept-Language": "zh-CN"}).content.decode()
     assert "诊断" in node and "谁在使用 GPU" in node
 

@@ -33,7 +33,7 @@ BODIES = {
 
 
 def test_every_post_operation_is_listed() -> None:
-    """The schema has the seven POST operations this test was written against."""
+    """The schema has the nine POST operations this test was written against."""
     assert POST_PATHS == [
         "/api/v1/vm-requests/",
         "/api/v1/vm-requests/{id}/approve/",
@@ -42,6 +42,8 @@ def test_every_post_operation_is_listed() -> None:
         "/api/v1/vm-requests/{id}/extension-decision/",
         "/api/v1/vm-requests/{id}/reject/",
         "/api/v1/vm-requests/{id}/release/",
+        "/api/v1/vm-requests/{id}/retry/",
+        "/api/v1/vm-requests/{id}/terminate/",
     ]
 
 

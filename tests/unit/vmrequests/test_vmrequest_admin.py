@@ -30,7 +30,7 @@ def world() -> dict[str, Any]:
         node=node,
         resource_name="nvidia.com/GA100_A100_PCIE_40GB",
         count=1,
-        holder=req.holder,
+        holder=req.holder.key,
         vmi_namespace="team-quant",
         vmi_name="risk-box",
     )
@@ -131,7 +131,7 @@ def test_reservation_active_column(world: dict[str, Any]) -> None:
     client = world["client"]
     response = client.get("/admin/gpuinventory/reservation/")
     rows = response.context["cl"].result_list
-    assert [(r.holder, r.pod_bound) for r in rows] == [(world["req"].holder, False)]
+    assert [(r.holder, r.pod_bound) for r in rows] == [(world["req"].holder.key, False)]
     stored_consumer(
         world["node"],
         "nvidia.com/GA100_A100_PCIE_40GB",

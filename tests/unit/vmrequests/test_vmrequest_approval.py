@@ -193,7 +193,7 @@ def test_approve_reserves_the_device_and_records_placement_and_quota(world: dict
     )
     assert req.status == "approved"
     assert (req.decided_by, req.decision_note, req.decided_by_policy) == (world["bob"], "go ahead", False)
-    assert reservations() == [(req.holder, "p1", A100, "", 1, "", "", "team-quant", req.vmi_name)]
+    assert reservations() == [(req.holder.key, "p1", A100, "", 1, "", "", "team-quant", req.vmi_name)]
     assert events(req) == [
         ("submit", "", "submitted", "alice", ""),
         ("approve", "submitted", "approved", "bob", ""),
@@ -209,7 +209,9 @@ def test_approve_a_reprofile(world: dict[str, Any]) -> None:
     req = approval.submit(vgpu_spec(world, "T4-16Q"), world["alice"])
     placement = approval.approve(req, world["bob"])
     assert (placement.node, placement.resource_name) == ("v2", "")
-    assert reservations() == [(req.holder, "v2", "", "T4-16Q", 1, "T4-16Q", "", "team-quant", req.vmi_name)]
+    assert reservations() == [
+        (req.holder.key, "v2", "", "T4-16Q", 1, "T4-16Q", "", "team-quant", req.vmi_name)
+    ]
     assert req.events.get(action="approve").data["placement"] == {
         "fits": True,
         "node": "v2",
@@ -225,7 +227,7 @@ def test_approve_fills_in_the_resource_name_of_an_advertised_vgpu_type(world: di
     req = approval.submit(vgpu_spec(world, "T4-8Q"), world["alice"])
     approval.approve(req, world["bob"])
     assert (req.resource_name, VMRequest.objects.get(pk=req.pk).resource_name) == (T4_8Q, T4_8Q)
-    assert reservations() == [(req.holder, "v1", T4_8Q, "T4-8Q", 1, "", "", "team-quant", req.vmi_name)]
+    assert reservations() == [(req.holder.key, "v1", T4_8Q, "T4-8Q", 1, "", "", "team-quant", req.vmi_name)]
 
 
 def test_second_approval_of_the_last_device_is_refused(world: dict[str, Any]) -> None:
@@ -239,7 +241,7 @@ def test_second_approval_of_the_last_device_is_refused(world: dict[str, Any]) ->
     second.refresh_from_db()
     assert second.status == "submitted"
     assert events(second) == [("submit", "", "submitted", "carol", "")]
-    assert [r[0] for r in reservations()] == [first.holder]
+    assert [r[0] for r in reservations()] == [first.holder.key]
 
 
 def test_over_quota_at_approval_is_refused(world: dict[str, Any]) -> None:
@@ -253,7 +255,7 @@ def test_over_quota_at_approval_is_refused(world: dict[str, Any]) -> None:
         "Your team's quota for any GPU is 1 devices and 1 are held; this request needs 1 more."
     ]
     assert VMRequest.objects.get(pk=req.pk).status == "submitted"
-    assert [r[0] for r in reservations()] == [held.holder]
+    assert [r[0] for r in reservations()] == [held.holder.key]
 
 
 @pytest.mark.parametrize("who", ["alice", "carol", "frank", "dave"])
@@ -267,11 +269,28 @@ def test_approve_by_a_non_approver_is_not_allowed(world: dict[str, Any], who: st
 
 def test_an_approver_cannot_approve_their_own_request(world: dict[str, Any]) -> None:
     req = approval.submit(spec(world), world["bob"])
-    with pytest.raises(
-        NotAllowed, match=r"^You cannot approve your own request: another approver of the team must\.$"
-    ):
+    # bob is quant's only approver holding the permission (dave lacks it)
+    with pytest.raises(NotAllowed, match=r"^Needs another approver: you are the team's only approver\.$"):
+        approval.approve(req, world["bob"])
+    world["ellen"] = portal_user("approver", "ellen")
+    world["quant"].approvers.add(world["ellen"])
+    with pytest.raises(NotAllowed, match=r"^You filed this request: another approver must decide it\.$"):
         approval.approve(req, world["bob"])
     assert (VMRequest.objects.get(pk=req.pk).status, reservations()) == ("submitted", [])
+    approval.approve(req, world["ellen"])
+    assert VMRequest.objects.get(pk=req.pk).status == "approved"
+
+
+def test_an_admin_cannot_approve_their_own_request_unless_the_setting_allows(
+    world: dict[str, Any], settings: Any
+) -> None:
+    req = approval.submit(spec(world), world["root"])
+    with pytest.raises(NotAllowed, match=r"^You filed this request: another approver must decide it\.$"):
+        approval.approve(req, world["root"])
+    assert VMRequest.objects.get(pk=req.pk).status == "submitted"
+    settings.PORTAL_ALLOW_SELF_APPROVAL = True
+    approval.approve(req, world["root"])
+    assert VMRequest.objects.get(pk=req.pk).status == "approved"
 
 
 def test_superuser_may_approve(world: dict[str, Any]) -> None:
@@ -287,7 +306,7 @@ def test_approve_twice_loses(world: dict[str, Any]) -> None:
     for again in (req, stale):
         with pytest.raises(TransitionError, match=r"is approved; it cannot be approved\.$"):
             approval.approve(again, world["bob"])
-    assert [r[0] for r in reservations()] == [req.holder]
+    assert [r[0] for r in reservations()] == [req.holder.key]
     assert [e[0] for e in events(req)] == ["submit", "approve"]
 
 
@@ -364,7 +383,7 @@ def test_matching_rule_approves_as_policy(world: dict[str, Any]) -> None:
         "quotas": [],
         "rule_id": r.pk,
     }
-    assert reservations() == [(req.holder, "v1", T4_8Q, "T4-8Q", 1, "", "", "team-quant", req.vmi_name)]
+    assert reservations() == [(req.holder.key, "v1", T4_8Q, "T4-8Q", 1, "", "", "team-quant", req.vmi_name)]
 
 
 def test_matching_rule_without_capacity_leaves_a_note(world: dict[str, Any]) -> None:
@@ -381,7 +400,7 @@ def test_matching_rule_without_capacity_leaves_a_note(world: dict[str, Any]) -> 
         "fit now: No node has a free T4-8Q vGPU, and no idle node can be re-profiled to offer it. "
         "Left for an approver."
     )
-    assert [r[0] for r in reservations()] == [first.holder]
+    assert [r[0] for r in reservations()] == [first.holder.key]
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,11 @@ from django.core import mail
 from django.utils import translation
 
 from gpuinventory.models import Reservation
+from tests.factories import portal_user
 from tests.fake_k8s import A100, NOW, Clock, FakeCluster, live_request, provisioning_world
 from vmrequests import approval, provisioning, tasks
 from vmrequests.approval import ApprovalRefused, NotAllowed
-from vmrequests.models import TransitionError, VMRequest, VMRequestEvent
+from vmrequests.models import VMRequest, VMRequestEvent
 from vmrequests.provisioning import Outcome
 
 pytestmark = pytest.mark.django_db
@@ -77,11 +78,12 @@ def events(req: VMRequest) -> list[tuple[Any, ...]]:
 # --- release --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("who", ["alice", "bob"])
-def test_requester_or_approver_releases_and_the_vmi_deletion_is_enqueued_on_commit(
+@pytest.mark.parametrize("who", ["alice", "filer"])
+def test_requester_or_filer_releases_and_the_vmi_deletion_is_enqueued_on_commit(
     w: Any, enqueued: list[Any], django_capture_on_commit_callbacks: Any, who: str
 ) -> None:
-    req = up(w)
+    w.filer = portal_user("analyst", "filer")
+    req = up(w, submitted_by=w.filer)
     with django_capture_on_commit_callbacks(execute=True):
         approval.release(req, getattr(w, who), "done with it")
         assert enqueued == []
@@ -89,7 +91,7 @@ def test_requester_or_approver_releases_and_the_vmi_deletion_is_enqueued_on_comm
     req = fresh(req)
     assert (req.status, req.deletion_reason) == ("deleting", "released")
     assert events(req) == [("start_deletion", "running", "deleting", who, "done with it", {})]
-    assert Reservation.objects.filter(holder=req.holder).count() == 1  # freed once the VMI is gone
+    assert Reservation.objects.filter(holder=req.holder.key).count() == 1  # freed once the VMI is gone
 
 
 def test_release_without_a_note_records_the_reason(
@@ -104,11 +106,11 @@ def test_release_without_a_note_records_the_reason(
     assert enqueued == [("delete_vmi", req.pk)]
 
 
-@pytest.mark.parametrize("who", ["tim", "frank"])
+@pytest.mark.parametrize("who", ["tim", "frank", "bob"])
 def test_others_may_not_release(w: Any, enqueued: list[Any], who: str) -> None:
-    req = up(w)
+    req = up(w)  # bob approves for the team: he terminates (with a reason), he does not release
     with pytest.raises(
-        NotAllowed, match=r"^Only the requester or an approver of the team can release this VM\.$"
+        NotAllowed, match=r"^Only the requester can release this VM; an approver terminates it instead\.$"
     ):
         approval.release(req, getattr(w, who))
     assert (fresh(req).status, events(req), enqueued) == ("running", [], [])
@@ -121,7 +123,7 @@ def test_release_from_other_statuses_is_refused(
     w: Any, enqueued: list[Any], django_capture_on_commit_callbacks: Any, status: str, shown: str
 ) -> None:
     req = live_request(w, status)
-    with django_capture_on_commit_callbacks(execute=True), pytest.raises(TransitionError) as caught:
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(NotAllowed) as caught:
         approval.release(req, w.alice)
     assert str(caught.value) == f"Request #{req.pk} is {shown}; it cannot be deleted."
     assert (fresh(req).status, enqueued) == (status, [])
@@ -178,7 +180,7 @@ def test_terminate_needs_a_reason(w: Any, enqueued: list[Any], note: str) -> Non
 
 def test_terminate_a_failed_request_is_refused(w: Any, enqueued: list[Any]) -> None:
     req = live_request(w, "failed")
-    with pytest.raises(TransitionError, match=rf"^Request #{req.pk} is failed; it cannot be deleted\.$"):
+    with pytest.raises(NotAllowed, match=rf"^Request #{req.pk} is failed; it cannot be deleted\.$"):
         approval.terminate(req, w.bob, "cleanup")
     assert enqueued == []
 
@@ -215,21 +217,27 @@ def test_only_the_requester_asks_for_an_extension(w: Any, who: str) -> None:
     assert fresh(req).extension_days_requested is None
 
 
-@pytest.mark.parametrize("days", [0, -1, 31])
-def test_extension_days_are_bounded_by_the_teams_maximum(w: Any, days: int) -> None:
-    req = up(w)
-    with pytest.raises(ValueError, match=r"^Ask for 1 to 30 days\.$"):
+@pytest.mark.parametrize("days", [0, -1, 24, 30])
+def test_extension_days_are_bounded_by_the_teams_maximum_in_total(w: Any, days: int) -> None:
+    req = up(w)  # 7 days asked, maximum 30: 23 left
+    with pytest.raises(
+        ValueError,
+        match=r"^Ask for 1 to 23 days: the team's maximum lease is 30 days in total and this lease "
+        r"already has 7\.$",
+    ):
         approval.request_extension(req, w.alice, days, "please")
     assert (fresh(req).extension_days_requested, events(req)) == (None, [])
-    approval.request_extension(req, w.alice, 30, "the most")
-    assert fresh(req).extension_days_requested == 30
+    approval.request_extension(req, w.alice, 23, "the most")
+    assert fresh(req).extension_days_requested == 23
 
 
 def test_one_extension_at_a_time(w: Any) -> None:
     req = up(w)
     approval.request_extension(req, w.alice, 3, "first")
-    with pytest.raises(ValueError, match=r"^An extension is already waiting for an approver\.$"):
+    with pytest.raises(NotAllowed, match=r"^An extension is already waiting for an approver\.$"):
         approval.request_extension(fresh(req), w.alice, 4, "second")
+    with pytest.raises(NotAllowed, match=r"^An extension is already waiting for an approver\.$"):
+        approval.request_extension(req, w.alice, 4, "second, from a stale page")
     assert (fresh(req).extension_days_requested, fresh(req).extension_reason) == (3, "first")
     assert len(events(req)) == 1
 
@@ -237,9 +245,11 @@ def test_one_extension_at_a_time(w: Any) -> None:
 @pytest.mark.parametrize("status", ["provisioning", "deleting", "deleted"])
 def test_an_extension_needs_a_running_vm(w: Any, status: str) -> None:
     req = live_request(w, status)
-    with pytest.raises(TransitionError) as caught:
+    with pytest.raises(NotAllowed) as caught:
         approval.request_extension(req, w.alice, 3, "please")
-    assert str(caught.value) == f"Request #{req.pk} is {status}; it cannot be extended."
+    assert str(caught.value) == (
+        f"Request #{req.pk} is {status}; only the lease of a running VM can be extended."
+    )
     assert fresh(req).extension_days_requested is None
 
 
@@ -307,11 +317,14 @@ def test_only_an_approver_of_the_team_decides_an_extension(w: Any, who: str) -> 
 
 def test_deciding_without_a_pending_extension(w: Any) -> None:
     req = up(w)
-    with pytest.raises(ValueError, match=r"^There is no lease extension waiting for a decision\.$"):
+    with pytest.raises(NotAllowed, match=r"^There is no lease extension waiting for a decision\.$"):
         approval.decide_extension(req, w.bob, approve=True)
     approval.request_extension(req, w.alice, 5, "please")
     VMRequest.objects.filter(pk=req.pk).update(status="deleting")  # released meanwhile
-    with pytest.raises(ValueError, match=r"^There is no lease extension waiting for a decision\.$"):
+    with pytest.raises(
+        NotAllowed,
+        match=rf"^Request #{req.pk} is deleting; only the lease extension of a running VM can be decided\.$",
+    ):
         approval.decide_extension(req, w.bob, approve=True)
     assert fresh(req).lease_end == NOW + timedelta(days=7)
     assert [e[0] for e in events(req)] == ["extension_request"]
@@ -359,7 +372,7 @@ def test_approver_retries_a_failed_request(
         req.decision_note,
     ) == ("approved", "", None, "", None, w.bob, clock.now, "node p1 repaired")
     assert list(
-        Reservation.objects.filter(holder=req.holder).values_list(
+        Reservation.objects.filter(holder=req.holder.key).values_list(
             "node__name", "resource_name", "count", "vmi_namespace", "vmi_name"
         )
     ) == [("p1", A100, 1, "team-quant", req.vmi_name)]
@@ -382,7 +395,7 @@ def test_only_an_approver_of_the_team_retries(w: Any, enqueued: list[Any], who: 
 
 def test_retry_of_a_request_that_did_not_fail_is_refused(w: Any, enqueued: list[Any]) -> None:
     req = up(w)
-    with pytest.raises(TransitionError, match=rf"^Request #{req.pk} is running; it cannot be retried\.$"):
+    with pytest.raises(NotAllowed, match=rf"^Request #{req.pk} is running; it cannot be retried\.$"):
         approval.retry(req, w.bob)
     assert (fresh(req).status, enqueued) == ("running", [])
 
@@ -397,4 +410,4 @@ def test_retry_rechecks_capacity(
         approval.retry(req, w.bob)
     assert str(caught.value) == "All A100 PCIe 40GB GPUs are in use or reserved right now."
     assert (fresh(req).status, enqueued) == ("failed", [])
-    assert Reservation.objects.filter(holder=req.holder).exists() is False
+    assert Reservation.objects.filter(holder=req.holder.key).exists() is False

@@ -36,7 +36,10 @@ KEY = ssh_public_key("ed25519")
 def world() -> dict[str, Any]:
     request_form_inventory()
     analyst = portal_user("analyst")
-    team = stored_team("quant", members=(analyst,))
+    approver = portal_user("approver")
+    approver.email = "approver@example.com"
+    approver.save()
+    team = stored_team("quant", members=(analyst,), approvers=(approver,))
     image = stored_image("Ubuntu 22.04")
     client = Client()
     client.force_login(analyst)
@@ -332,3 +335,36 @@ def test_query_budget_does_not_grow_with_nodes_or_requests(
     # permitted types, team and image selects) plus what base.html needs.
     with django_assert_max_num_queries(18):
         client.get(path)
+
+
+@pytest.mark.parametrize(
+    ("approver_mail", "admin_mail", "expected"),
+    [
+        (True, True, "Request #{pk} submitted. The approvers of Quant have been notified."),
+        (
+            False,
+            True,
+            "Request #{pk} submitted. No approver of Quant can decide it, so the portal's admins have "
+            "been notified.",
+        ),
+        (
+            False,
+            False,
+            "Request #{pk} submitted. Nobody can decide it yet: Quant has no other approver and no admin "
+            "has an e-mail address. Ask an admin to add an approver.",
+        ),
+    ],
+)
+def test_submitted_message_names_who_was_told(
+    world: dict[str, Any], approver_mail: bool, admin_mail: bool, expected: str
+) -> None:
+    """The message after submitting follows the mail routing (notifications.decider_recipients)."""
+    approver = world["team"].approvers.get()
+    approver.email = "approver@example.com" if approver_mail else ""
+    approver.save()
+    admin = portal_user("admin")
+    admin.email = "admin@example.com" if admin_mail else ""
+    admin.save()
+    response = world["client"].post(URL, post_data(world))
+    req = VMRequest.objects.get()
+    assert [str(m) for m in get_messages(response.wsgi_request)] == [expected.format(pk=req.pk)]

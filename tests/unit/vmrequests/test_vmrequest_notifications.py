@@ -145,11 +145,65 @@ def test_mail_goes_out_only_after_commit(world: dict[str, Any], on_commit: Any) 
     assert len(mail.outbox) == 2
 
 
-def test_no_approver_with_an_email(world: dict[str, Any], on_commit: Any) -> None:
+def test_no_approver_with_an_email_mails_the_admins(world: dict[str, Any], on_commit: Any) -> None:
+    # erin may decide but has no address, dave has an address but not the permission
     world["quant"].approvers.set([world["erin"], world["dave"]])
     with on_commit(execute=True):
         req = submit(world)
-    assert (mail.outbox, VMRequest.objects.get(pk=req.pk).status) == ([], "submitted")
+    assert sent() == [(["root@example.com"], f"New GPU VM request #{req.pk} from Alice Smith (team Quant)")]
+    assert VMRequest.objects.get(pk=req.pk).status == "submitted"
+
+
+# --- who is told of a new request: only those who can act (policy.decision_for "approve") -------
+
+
+def test_the_only_approvers_own_request_goes_to_the_admins_not_to_them(
+    world: dict[str, Any], on_commit: Any
+) -> None:
+    # Reproduction: bob, the team's only approver, filed a request; the "waits for your decision"
+    # mail went to bob alone, who may not decide it.
+    world["quant"].approvers.set([world["bob"]])
+    world["quant"].members.add(world["bob"])
+    with on_commit(execute=True):
+        req = submit(world, "bob")
+    assert sent() == [(["root@example.com"], f"New GPU VM request #{req.pk} from Bob Jones (team Quant)")]
+    assert [u.username for u in notifications.decider_recipients(req)] == ["root"]
+
+
+def test_an_approvers_own_request_goes_to_the_other_approvers(world: dict[str, Any], on_commit: Any) -> None:
+    with on_commit(execute=True):
+        req = submit(world, "bob")
+    # bob is left out (self-approval); root is a team approver here and may decide it
+    assert sent() == [(["root@example.com"], f"New GPU VM request #{req.pk} from Bob Jones (team Quant)")]
+
+
+def test_an_admins_own_request_is_not_mailed_to_them(world: dict[str, Any], on_commit: Any) -> None:
+    world["quant"].approvers.set([world["root"]])
+    with on_commit(execute=True):
+        req = submit(world, "root")
+    assert (sent(), notifications.decider_recipients(req)) == ([], [])
+
+
+def test_with_self_approval_allowed_the_only_approver_is_told(
+    world: dict[str, Any], on_commit: Any, settings: Any
+) -> None:
+    settings.PORTAL_ALLOW_SELF_APPROVAL = True
+    world["quant"].approvers.set([world["bob"]])
+    with on_commit(execute=True):
+        req = submit(world, "bob")
+    assert sent() == [(["bob@example.com"], f"New GPU VM request #{req.pk} from Bob Jones (team Quant)")]
+
+
+def test_every_recipient_can_approve_per_the_policy(world: dict[str, Any], on_commit: Any) -> None:
+    from vmrequests import policy
+
+    with on_commit(execute=True):
+        req = submit(world)
+    recipients = notifications.decider_recipients(req)
+    assert [u.username for u in recipients] == ["bob", "root"]
+    assert all(policy.decision_for(u, req, "approve") for u in recipients)
+    refused = [u.username for u in (world["dave"], world["alice"], world["frank"], world["ivan"])]
+    assert [u for u in refused if policy.decision_for(world[u], req, "approve")] == []
 
 
 def test_approved_mail(world: dict[str, Any], on_commit: Any) -> None:
@@ -320,3 +374,54 @@ def test_a_failing_mail_backend_never_breaks_a_transition(
     ]
     assert all(r.exc_info is not None and r.exc_info[0] is ConnectionRefusedError for r in caplog.records)
     assert mail.outbox == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_decision_mail_for_an_auto_approved_request_outside_a_transaction(world: dict[str, Any]) -> None:
+    # Reproduction: in autocommit (a view without ATOMIC_REQUESTS) the "submitted" signal ran as
+    # soon as submit's own transaction closed, before the rule approved the request, and every
+    # approver was asked to decide a request that was already approved.
+    AutoApprovalRule.objects.create(team=world["quant"], mode="passthrough", max_devices=2)
+    req = submit(world)
+    assert VMRequest.objects.get(pk=req.pk).status == "approved"
+    assert sent() == [(["alice@example.com"], f"Your GPU VM request #{req.pk} was approved")]
+
+
+def test_terminate_mail_carries_the_approvers_reason(
+    world: dict[str, Any], on_commit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vmrequests import tasks
+
+    monkeypatch.setattr(tasks.delete_vmi, "delay", lambda pk: None)
+    req = provisioning(world)
+    req.mark_running("p1", "10.244.1.7")
+    with on_commit(execute=True):
+        approval.terminate(req, world["bob"], "Over the quarter's GPU budget; ask again in January.")
+        VMRequest.objects.get(pk=req.pk).mark_deleted()
+    assert sent()[-1] == (["alice@example.com"], f"Your GPU VM alice-vm-{req.pk} was deleted")
+    assert mail.outbox[-1].body == (
+        f"Your GPU VM alice-vm-{req.pk} (request #{req.pk}) was deleted.\n"
+        "\n"
+        "Reason: terminated by an approver\n"
+        "Terminated by Bob Jones, who wrote:\n"
+        "Over the quarter's GPU budget; ask again in January.\n"
+        "\n"
+        f"Its GPU devices are released. Details: https://gpu.example.com/requests/{req.pk}/\n"
+    )
+
+
+def test_terminate_mail_in_chinese(
+    world: dict[str, Any], on_commit: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    from vmrequests import tasks
+
+    settings.LANGUAGE_CODE = "zh-hans"
+    monkeypatch.setattr(tasks.delete_vmi, "delay", lambda pk: None)
+    req = provisioning(world)
+    req.mark_running("p1", "10.244.1.7")
+    with on_commit(execute=True):
+        approval.terminate(req, world["bob"], "预算用完")
+        VMRequest.objects.get(pk=req.pk).mark_deleted()
+    body = mail.outbox[-1].body
+    assert "由 Bob Jones 终止，其理由为：\n预算用完\n" in body
+    assert "Terminated" not in body

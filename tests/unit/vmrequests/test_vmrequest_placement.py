@@ -209,7 +209,9 @@ def test_best_fit_takes_the_node_with_the_fewest_free_that_fits(
 def test_all_devices_must_come_from_one_node(fleet: None) -> None:
     placement = find_placement("passthrough", A100, "", 4)
     assert placement == Placement(
-        False, reason="No single node has 4 free A100 PCIe 40GB; the most free on one node is 3."
+        False,
+        reason="No single node has 4 free A100 PCIe 40GB; the most free on one node is 3.",
+        free_in_cluster=8,  # pa 3 + pb 2 + pc 2 + pd 1
     )
     assert placement.describe() == placement.reason
     assert placement.as_json() == {"fits": False, "node": "", "resource_name": "", "reason": placement.reason}

@@ -1,4 +1,4 @@
-"""Provisioning (vmrequests/provisioning.py) without a cluster: the VMI manifest against
+"""Provisioning (vmrequests/provisioning/) without a cluster: the VMI manifest against
 hand-written expected documents, ``provision()`` (create, adopt, conflict, permanent and
 transient errors, lost race) and the vGPU re-profile (live pod check, label patch, waiting,
 success, failed/timeout with the label put back), against the in-memory fake adapter
@@ -74,7 +74,7 @@ def fresh(req: VMRequest) -> VMRequest:
 
 
 def reservation(req: VMRequest) -> Reservation | None:
-    return Reservation.objects.filter(holder=req.holder).first()
+    return Reservation.objects.filter(holder=req.holder.key).first()
 
 
 # --- the manifest --------------------------------------------------------------------------------
@@ -377,7 +377,7 @@ def test_losing_the_race_to_start_provisioning_just_stops(
     req = live_request(w)
     stale = fresh(req)  # read while approved ...
     VMRequest.objects.filter(pk=req.pk).update(status="cancelled")  # ... cancelled before the swap
-    monkeypatch.setattr(provisioning, "_load", lambda pk: stale)
+    monkeypatch.setattr(provisioning.create, "_load", lambda pk: stale)  # where provision() looks it up
     assert provisioning.provision(req.pk) == Outcome(
         req.pk, "lost", f"Request #{req.pk} is cancelled; it cannot be provisioned."
     )

@@ -1,4 +1,4 @@
-"""Reconcile (vmrequests/provisioning.py ``reconcile_request``/``reconcile``) without a cluster:
+"""Reconcile (vmrequests/provisioning/reconcile.py ``reconcile_request``/``reconcile``) without a cluster:
 every branch of the docstring, the scheduler's message in plain words, leases, deletion, and
 the one-LIST loop with its error handling, against the in-memory fake adapter (tests/fake_k8s.py)."""
 
@@ -139,7 +139,7 @@ def test_running_with_an_ip_marks_the_request_running_with_how_to_connect(
     connect = f"virtctl ssh analyst@vmi/{req.vmi_name} -n {NS}\nvirtctl console {req.vmi_name} -n {NS}"
     assert events(req) == [("mark_running", "provisioning", "running", "worker", connect)]
     assert VMRequestEvent.objects.get(request=req).data == {"node": "p1", "ip": "10.244.1.17"}
-    assert Reservation.objects.filter(holder=req.holder).count() == 1
+    assert Reservation.objects.filter(holder=req.holder.key).count() == 1
     assert "delete_vmi" not in cluster.names()
 
 
@@ -172,7 +172,7 @@ def test_a_stopped_vmi_is_deleted_and_the_request_fails(
     assert cluster.names()[-1:] == ["delete_vmi"]
     req = fresh(req)
     assert (req.status, req.failure_reason) == ("failed", message)
-    assert Reservation.objects.filter(holder=req.holder).exists() is False
+    assert Reservation.objects.filter(holder=req.holder.key).exists() is False
 
 
 def test_failed_create_not_permitted_deletes_the_vmi_and_asks_an_admin(w: Any, cluster: FakeCluster) -> None:
@@ -347,7 +347,7 @@ def test_running_vmi_deleted_outside_marks_the_request_deleted(w: Any, cluster: 
             "The VirtualMachineInstance was deleted outside the portal.",
         )
     ]
-    assert Reservation.objects.filter(holder=req.holder).exists() is False
+    assert Reservation.objects.filter(holder=req.holder.key).exists() is False
 
 
 def test_running_vmi_failed_is_deleted_and_the_request_fails(w: Any, cluster: FakeCluster) -> None:
@@ -377,7 +377,7 @@ def test_lease_end_deletes_the_vmi(w: Any, cluster: FakeCluster, clock: Clock) -
     req = fresh(req)
     assert (req.status, req.deletion_reason) == ("deleting", "expired")
     assert events(req) == [("start_deletion", "running", "deleting", "worker", "lease expired")]
-    assert Reservation.objects.filter(holder=req.holder).count() == 1
+    assert Reservation.objects.filter(holder=req.holder.key).count() == 1
 
 
 def test_lease_warning_is_sent_once(w: Any, cluster: FakeCluster, clock: Clock) -> None:
@@ -407,7 +407,7 @@ def test_deleting_deletes_once_then_marks_deleted_when_gone(w: Any, cluster: Fak
     assert cluster.names() == ["get_vmi", "delete_vmi"]
     assert reconcile_one(req, cluster) == Outcome(req.pk, "deleting")
     assert cluster.names() == ["get_vmi", "delete_vmi", "get_vmi"]
-    assert Reservation.objects.filter(holder=req.holder).count() == 1
+    assert Reservation.objects.filter(holder=req.holder.key).count() == 1
     cluster.finish_deletion(NS, req.vmi_name)
     assert reconcile_one(req, cluster) == Outcome(req.pk, "deleted")
     req = fresh(req)
@@ -421,7 +421,7 @@ def test_deleting_deletes_once_then_marks_deleted_when_gone(w: Any, cluster: Fak
             "The VirtualMachineInstance is gone; its devices are free.",
         )
     ]
-    assert Reservation.objects.filter(holder=req.holder).exists() is False
+    assert Reservation.objects.filter(holder=req.holder.key).exists() is False
 
 
 @pytest.mark.parametrize("status", ["submitted", "failed", "deleted", "rejected", "cancelled"])

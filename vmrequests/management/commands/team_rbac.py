@@ -11,7 +11,7 @@ In the cluster: ``kubectl -n gpu-vm-portal exec deploy/gpu-vm-portal-web -- pyth
 team_rbac | kubectl apply -f -`` (deploy/README.md "Team namespaces").
 
 The portal creates, reads and deletes its VirtualMachineInstances by name in the namespace of
-the request's team (``portal/k8s.py`` ``create_vmi``, ``get_vmi``, ``delete_vmi``). Those three
+the request's team (``portal/k8s/vmis.py`` ``create_vmi``, ``get_vmi``, ``delete_vmi``). Those three
 verbs are granted per team namespace only, so the portal cannot start a VM anywhere else;
 LIST and WATCH of VMIs are cluster-wide reads and live in the ClusterRole
 (``deploy/base/rbac-cluster.yaml``). DOMAIN.md §6: "kubevirt.io virtualmachineinstances: get,
@@ -26,13 +26,14 @@ from typing import Any
 import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from portal.labels import TEAMS as TEAMS_ANNOTATION
 from vmrequests.models import Team
 
 #: Name of the Role and RoleBinding in every team namespace.
 ROLE_NAME = "gpu-vm-portal-vmis"
 #: The worker's ServiceAccount (deploy/base/serviceaccounts.yaml).
 DEFAULT_SERVICE_ACCOUNT = "gpu-vm-portal/gpu-vm-portal"
-#: What a team namespace grants: exactly the namespaced VMI calls of portal/k8s.py.
+#: What a team namespace grants: exactly the namespaced VMI calls of portal/k8s/vmis.py.
 TEAM_ROLE_RULES: list[dict[str, Any]] = [
     {
         "apiGroups": ["kubevirt.io"],
@@ -46,8 +47,6 @@ LABELS = {
     "app.kubernetes.io/part-of": "gpu-vm-portal",
     "app.kubernetes.io/component": "team-rbac",
 }
-#: Annotation listing the slugs of the teams a namespace's objects are for.
-TEAMS_ANNOTATION = "gpu-vm-portal.io/teams"
 
 
 def team_rbac_objects(
