@@ -186,8 +186,7 @@ def resolve_requester(caller: Any, username: str) -> Any:
 
 
 def ticket_taken(account: Any, source: str, ticket_id: str) -> bool:
-    """True when ``account`` already filed a request with ticket ``ticket_id`` of ``source``
-    (tickets are per filing account: ``VMRequestQuerySet.with_ticket``)."""
+    """True when ``account`` filed a request with this ticket (``VMRequestQuerySet.with_ticket``)."""
     return VMRequest.objects.with_ticket(account, source, ticket_id).exists()
 
 
@@ -213,21 +212,19 @@ def validate(
     Raises:
         RequestInvalid: every rule broken, with the alternatives when it does not fit.
     """
-    return _Check((user, resolve_requester(user, draft.requested_for)), draft, refused, snapshot).run()
+    check = _Check(resolve_requester(user, draft.requested_for), draft, refused, snapshot)
+    check.filer = user
+    return check.run()
 
 
 class _Check:
-    """One validation run: collects errors field by field, then builds the spec. ``who`` is
-    ``(filer, requester)``: the account filing (its tickets count) and the one it is for."""
+    """One validation run: collects errors field by field, then builds the spec."""
 
     def __init__(
-        self,
-        who: tuple[Any, Any],
-        draft: RequestDraft,
-        refused: Collection[str],
-        snap: CapacitySnapshot | None,
+        self, requester: Any, draft: RequestDraft, refused: Collection[str], snap: CapacitySnapshot | None
     ) -> None:
-        self.filer, self.requester = who
+        self.requester = requester
+        self.filer: Any = requester  # the account filing (its tickets count); validate() sets it
         self.draft = draft
         self.skip: set[str] = set(refused)
         self._snapshot = snap

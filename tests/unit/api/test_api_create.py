@@ -217,7 +217,7 @@ def test_duplicate_committed_after_the_check_is_answered_as_a_duplicate(
 def test_duplicate_committed_after_validation_is_caught_by_the_unique_constraint(
     world: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both checks passed, the insert hits ``vmrequest_unique_ticket``: the answer is the duplicate's."""
+    """Both checks passed, the insert hits ``vmrequest_unique_ticket_per_account``: the answer is the duplicate's."""
     client = api(world.ana)
     first = post(client, URL, create_body())
     _late_duplicate(monkeypatch)
