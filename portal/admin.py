@@ -1,8 +1,11 @@
 """Django admin for API tokens (``portal.ApiToken``, the project's knox token model).
 
 Adding asks for user, name, scopes and validity in days and issues the token through
-``ApiToken.issue``; the plain token is shown once, in a warning message. Digest, key, owner and
-expiry are never editable (only name and scopes are); deleting a token revokes it.
+``ApiToken.issue``; the plain token is shown once, on the response page itself
+(``admin/portal/apitoken/issued.html``, ``Cache-Control: no-store``), never in a message: the
+messages cookie is signed, not encrypted, so a token there would travel in clear and sit in the
+browser's cookie jar. Digest, key, owner and expiry are never editable (only name and scopes
+are); deleting a token revokes it.
 """
 
 from __future__ import annotations
@@ -10,11 +13,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.contrib.admin.options import Action, ActionLocation
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 from django.utils.translation import gettext_lazy as _
 from knox.models import AuthToken
 
@@ -102,18 +107,28 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return actions
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
-        """On add the form has already issued (stored) the token: show it once; on change save."""
+        """On add the form has already issued (stored) the token; on change save."""
         if change:
             super().save_model(request, obj, form, change)
             return
-        messages.warning(
-            request,
-            _(
-                "API token for %(user)s: %(token)s - copy it now, it will not be shown again "
-                "(only its hash is stored)."
-            )
-            % {"user": obj.user.get_username(), "token": form.plain_token},
-        )
+        # response_add shows the plain token; keep it on the request only.
+        request._portal_plain_token = form.plain_token  # type: ignore[attr-defined]
+
+    def response_add(self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None) -> Any:
+        """The plain token on this response only (no redirect, no message, no cache)."""
+        plain = getattr(request, "_portal_plain_token", None)
+        if plain is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": _("API token issued"),
+            "token": obj,
+            "plain_token": plain,
+        }
+        response = TemplateResponse(request, "admin/portal/apitoken/issued.html", context)
+        add_never_cache_headers(response)
+        return response
 
     @admin.display(description=_("scopes"))
     def scope_list(self, obj: ApiToken) -> str:

@@ -8,7 +8,10 @@ class PortalConfig(AppConfig):
     verbose_name = "Portal"
 
     def ready(self) -> None:
-        """Register the apps' domain metrics (each app's ``metrics.COLLECTORS``, ``portal.metrics``)."""
-        from portal import metrics
+        """Register the apps' domain metrics (each app's ``metrics.COLLECTORS``, ``portal.metrics``)
+        and connect the receivers of the sign-in counters (``portal.auth_metrics``) and of the
+        session policy (``portal.session_policy``)."""
+        # auth_metrics and session_policy: imported for their @receiver functions.
+        from portal import auth_metrics, metrics, session_policy  # noqa: F401
 
         metrics.register()

@@ -14,12 +14,11 @@ from django import forms
 from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
-from portal.models import ApiToken, TokenScope
+from portal.models import ApiToken, TokenScope, max_token_days
 from portal.roles import may_use_approve_scope
 
-#: Validity bounds of a new token, in days (``ApiToken.issue`` enforces the same).
+#: Shortest validity of a new token, in days (the longest: ``max_token_days()``).
 MIN_TOKEN_DAYS = 1
-MAX_TOKEN_DAYS = 3650
 
 
 def scopes_field() -> forms.MultipleChoiceField:
@@ -37,12 +36,16 @@ def scopes_field() -> forms.MultipleChoiceField:
 
 
 def days_field() -> forms.IntegerField:
-    """Validity in days, 1 to 3650 (forms set ``initial`` to ``PORTAL_API_TOKEN_TTL_DAYS``)."""
+    """Validity in days, 1 to ``PORTAL_API_TOKEN_MAX_DAYS`` read now (forms build it in
+    ``__init__`` so a changed setting applies), initially ``PORTAL_API_TOKEN_TTL_DAYS``."""
+    maximum = max_token_days()
     return forms.IntegerField(
         label=_("Valid for (days)"),
         min_value=MIN_TOKEN_DAYS,
-        max_value=MAX_TOKEN_DAYS,
-        help_text=_("The token stops working after this many days (1 to 3650)."),
+        max_value=maximum,
+        initial=settings.PORTAL_API_TOKEN_TTL_DAYS,
+        help_text=_("The token stops working after this many days (1 to %(maximum)d).")
+        % {"maximum": maximum},
     )
 
 
@@ -66,13 +69,13 @@ class ApiTokenForm(forms.Form):
         help_text=_("What will use the token, e.g. “ServiceNow production”."),
     )
     scopes = scopes_field()
-    days = days_field()
+    days = forms.IntegerField()  # replaced by days_field() in __init__
 
     def __init__(self, user: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
         self.fields["scopes"].initial = [TokenScope.READ.value]
-        self.fields["days"].initial = settings.PORTAL_API_TOKEN_TTL_DAYS
+        self.fields["days"] = days_field()
         self.may_approve = may_use_approve_scope(user)
         if not self.may_approve:
             # Valid choices stay complete so a posted "approve" gets the explanation below
@@ -104,7 +107,7 @@ class ApiTokenAdminAddForm(forms.ModelForm):
     ``ApiToken.issue`` and keeps the plain token in ``plain_token`` for one message."""
 
     scopes = scopes_field()
-    days = days_field()
+    days = forms.IntegerField()  # replaced by days_field() in __init__
 
     class Meta:
         model = ApiToken
@@ -113,7 +116,7 @@ class ApiTokenAdminAddForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["scopes"].initial = [TokenScope.READ.value]
-        self.fields["days"].initial = settings.PORTAL_API_TOKEN_TTL_DAYS
+        self.fields["days"] = days_field()
         self.plain_token: str | None = None
 
     def clean_scopes(self) -> list[str]:

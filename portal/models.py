@@ -5,10 +5,16 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from knox.models import AbstractAuthToken
+
+
+def max_token_days() -> int:
+    """The longest validity of a new API token, in days (``PORTAL_API_TOKEN_MAX_DAYS``)."""
+    return int(settings.PORTAL_API_TOKEN_MAX_DAYS)
 
 
 class TokenScope(models.TextChoices):
@@ -56,7 +62,10 @@ class ApiToken(AbstractAuthToken):
 
     @classmethod
     def issue(cls, user: Any, name: str, scopes: list[str], days: int) -> tuple[ApiToken, str]:
-        """Create a token valid for ``days`` days (1-3650).
+        """Create a token valid for ``days`` days (1 to ``PORTAL_API_TOKEN_MAX_DAYS``).
+
+        Every way of issuing a token (the user's page, the admin, ``create_api_token``) ends
+        here, so this is the one place the maximum is enforced; forms show it beforehand.
 
         Returns:
             ``(instance, token)``: the plain token is returned only here.
@@ -67,7 +76,7 @@ class ApiToken(AbstractAuthToken):
         unknown = sorted(set(scopes) - set(TokenScope.values))
         if unknown or not scopes:
             raise ValueError(f"scopes must be a non-empty subset of {TokenScope.values}, got {scopes!r}")
-        if not 1 <= days <= 3650:
-            raise ValueError("days must be between 1 and 3650")
+        if not 1 <= days <= max_token_days():
+            raise ValueError(f"days must be between 1 and {max_token_days()} (PORTAL_API_TOKEN_MAX_DAYS)")
         ordered = [s for s in TokenScope.values if s in scopes]
         return cls.objects.create(user=user, expiry=timedelta(days=days), name=name, scopes=ordered)

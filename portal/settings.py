@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "knox",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
     "portal",
     "gpuinventory",
     "vmrequests",
@@ -77,11 +78,14 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "portal.session_policy.SessionPolicyMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last but the metrics: turns a locked-out sign-in into the lockout page (portal/login_throttle.py).
+    "axes.middleware.AxesMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -124,9 +128,38 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling (django-axes; portal/login_throttle.py, docs/security.md): the
+# PORTAL_LOGIN_FAILURE_LIMIT-th failure of one username from one client address locks that
+# pair out for PORTAL_LOGIN_LOCKOUT_MINUTES, on /login/ and /admin/login/ alike.
+AUTHENTICATION_BACKENDS = [
+    "portal.login_throttle.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+PORTAL_LOGIN_FAILURE_LIMIT = env.int("PORTAL_LOGIN_FAILURE_LIMIT", 5, minimum=1, maximum=100)
+PORTAL_LOGIN_LOCKOUT_MINUTES = env.int("PORTAL_LOGIN_LOCKOUT_MINUTES", 15, minimum=1, maximum=24 * 60)
+# Reverse proxies in front that append to X-Forwarded-For (portal/client_ip.py): 0 = none.
+PORTAL_TRUSTED_PROXY_COUNT = env.int("PORTAL_TRUSTED_PROXY_COUNT", 0, minimum=0, maximum=5)
+AXES_FAILURE_LIMIT = PORTAL_LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(minutes=PORTAL_LOGIN_LOCKOUT_MINUTES)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_USERNAME_FORM_FIELD = "username"
+AXES_CLIENT_IP_CALLABLE = "portal.client_ip.client_ip"
+AXES_LOCKOUT_CALLABLE = "portal.login_throttle.lockout_response"
+AXES_HTTP_RESPONSE_CODE = 429
+# Successful sign-ins are not logged in the database (the access log would grow forever).
+AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+# Session policy (portal/session_policy.py): signed out after PORTAL_SESSION_IDLE_MINUTES
+# without a request and PORTAL_SESSION_MAX_HOURS after signing in, whatever the activity; in
+# production the cookie also ends with the browser. The store keeps a session no longer.
+PORTAL_SESSION_IDLE_MINUTES = env.int("PORTAL_SESSION_IDLE_MINUTES", 60, minimum=1, maximum=24 * 60)
+PORTAL_SESSION_MAX_HOURS = env.int("PORTAL_SESSION_MAX_HOURS", 12, minimum=1, maximum=24 * 30)
+SESSION_COOKIE_AGE = PORTAL_SESSION_MAX_HOURS * 3600
+SESSION_EXPIRE_AT_BROWSER_CLOSE = env.bool("PORTAL_SESSION_EXPIRE_AT_BROWSER_CLOSE", default=PRODUCTION)
 
 # --- i18n -------------------------------------------------------------------------------
 # Django spells it zh-hans in settings and zh-Hans elsewhere: accept either case.
@@ -186,6 +219,9 @@ if env.bool("PORTAL_BEHIND_TLS_PROXY", default=False):
 
 # Who may scrape /metrics (it is never open to the internet by default).
 PORTAL_METRICS_ALLOWED_NETWORKS = env.networks("PORTAL_METRICS_ALLOWED_CIDRS", ["127.0.0.1/32", "::1/128"])
+
+# /readyz waits at most this many seconds for its checks (portal/health.py).
+PORTAL_READYZ_BUDGET = env.int("PORTAL_READYZ_BUDGET", 5, minimum=1, maximum=60)
 
 # --- Kubernetes -------------------------------------------------------------------------
 PORTAL_KUBECONFIG = env.raw("PORTAL_KUBECONFIG")
@@ -317,12 +353,20 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["portal.api.auth.TokenRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"token": PORTAL_API_THROTTLE_RATE},
     "EXCEPTION_HANDLER": "portal.api.problems.exception_handler",
-    # JSON bodies only: a form or multipart body is a 415, never half-parsed into defaults.
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # JSON bodies only: a form or multipart body is a 415, never half-parsed into defaults;
+    # nesting deeper than 32 levels is a 400 (portal/api/parsers.py).
+    "DEFAULT_PARSER_CLASSES": ["portal.api.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_VERSIONING_CLASS": None,
 }
+# Longest validity a token may be given, however it is issued (page, admin, command).
+PORTAL_API_TOKEN_MAX_DAYS = env.int("PORTAL_API_TOKEN_MAX_DAYS", 365, minimum=1, maximum=3650)
 PORTAL_API_TOKEN_TTL_DAYS = env.int("PORTAL_API_TOKEN_TTL_DAYS", 90, minimum=1, maximum=3650)
+if PORTAL_API_TOKEN_TTL_DAYS > PORTAL_API_TOKEN_MAX_DAYS:
+    raise ImproperlyConfigured(
+        f"PORTAL_API_TOKEN_TTL_DAYS={PORTAL_API_TOKEN_TTL_DAYS} is above "
+        f"PORTAL_API_TOKEN_MAX_DAYS={PORTAL_API_TOKEN_MAX_DAYS}"
+    )
 KNOX_TOKEN_MODEL = "portal.ApiToken"  # noqa: S105 (a model label, not a secret)
 # knox's own migrations create knox.AuthToken's table, which the swapped-in model never uses; its
 # foreign key to auth_user breaks PostgreSQL's TRUNCATE in tests, and its migration 0001 would

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import django_filters
 import django_tables2 as tables
+from django.core.paginator import EmptyPage
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -56,12 +57,24 @@ class FilteredTableListMixin(View):
         return {}
 
     def get_per_page(self) -> int:
-        """Return the page size asked for in ``?per_page=``, clamped to 1..``max_per_page``."""
+        """Return the page size asked for in ``?per_page=``, clamped to 1..``max_per_page``
+        (the default ``per_page``, also clamped, when the value is not an integer)."""
+        return min(max(_int_param(self.request, "per_page", self.per_page), 1), self.max_per_page)
+
+    def paginate(self, table: tables.Table) -> None:
+        """Sort ``table`` from ``?sort=`` and show page ``?page=`` of ``get_per_page()`` rows.
+
+        django-tables2's ``RequestConfig`` would re-read ``?per_page=`` after our clamp (any
+        size, and a 500 for a negative one), so it only sorts here and the page is ours: a page
+        below 1 or junk shows page 1, a page past the end shows the last one.
+        """
+        RequestConfig(self.request, paginate=False).configure(table)
+        per_page = self.get_per_page()
+        page = max(_int_param(self.request, "page", 1), 1)
         try:
-            value = int(self.request.GET.get("per_page", self.per_page))
-        except ValueError:
-            return self.per_page
-        return min(max(value, 1), self.max_per_page)
+            table.paginate(per_page=per_page, page=page)
+        except EmptyPage:
+            table.paginate(per_page=per_page, page=table.paginator.num_pages)
 
     def get_partial_name(self) -> str | None:
         """Return the partial to render for this request, or None for the whole page."""
@@ -80,7 +93,7 @@ class FilteredTableListMixin(View):
         if filterset.is_bound and not filterset.is_valid():
             queryset = queryset.none()
         table = self.table_class(queryset)
-        RequestConfig(request, paginate={"per_page": self.get_per_page()}).configure(table)
+        self.paginate(table)
         context: dict[str, Any] = {"filter": filterset, "table": table}
         partial = self.get_partial_name()
         context.update(self.get_extra_context(partial))
@@ -88,3 +101,11 @@ class FilteredTableListMixin(View):
         response = render(request, template, context)
         patch_vary_headers(response, ["HX-Request"])
         return response
+
+
+def _int_param(request: HttpRequest, name: str, default: int) -> int:
+    """``request.GET[name]`` as an int, or ``default`` when absent or not an integer."""
+    try:
+        return int(request.GET.get(name, default))
+    except ValueError:
+        return default

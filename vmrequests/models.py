@@ -19,6 +19,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models, transaction
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 from django.urls import reverse
 from django.utils import timezone
@@ -311,6 +312,18 @@ class VMRequestQuerySet(QuerySet["VMRequest"]):
         teams = Team.objects.filter(Q(members=user) | Q(approvers=user)).values("pk")
         return self.filter(Q(requester=user) | Q(submitted_by=user) | Q(team__in=teams))
 
+    def with_ticket(self, account: Any, source: str, ticket_id: str) -> VMRequestQuerySet:
+        """The request (at most one) with ticket ``source``/``ticket_id`` filed by ``account``.
+
+        A ticket identifies a request per filing account (#14): the ``submitted_by`` account
+        (a ticketing system's service account), else the requester who filed it themselves.
+        One account's tickets never collide with another's, so no one can take a ticket ID
+        before the ticketing system does, and no answer reveals another account's tickets.
+        Enforced by the constraint ``vmrequest_unique_ticket_per_account``.
+        """
+        filed = Q(submitted_by=account) | Q(submitted_by__isnull=True, requester=account)
+        return self.filter(filed, ticket_source=source, ticket_id=ticket_id)
+
     def open(self) -> VMRequestQuerySet:
         """Requests holding (or about to hold) devices: approved, provisioning, running."""
         return self.filter(status__in=OPEN_STATES)
@@ -422,10 +435,13 @@ class VMRequest(models.Model):
             ("submit_for_others", "Can submit VM requests on behalf of another user (requested_for)"),
         ]
         constraints = [
+            # One request per ticket and filing account (VMRequestQuerySet.with_ticket).
             models.UniqueConstraint(
-                fields=["ticket_source", "ticket_id"],
+                Coalesce("submitted_by", "requester"),
+                "ticket_source",
+                "ticket_id",
                 condition=~Q(ticket_id=""),
-                name="vmrequest_unique_ticket",
+                name="vmrequest_unique_ticket_per_account",
             ),
             models.UniqueConstraint(
                 fields=["vmi_namespace", "vmi_name"],

@@ -185,9 +185,9 @@ def resolve_requester(caller: Any, username: str) -> Any:
     return user
 
 
-def ticket_taken(source: str, ticket_id: str) -> bool:
-    """True when a request already has ticket ``ticket_id`` of ``source``."""
-    return VMRequest.objects.filter(ticket_source=source, ticket_id=ticket_id).exists()
+def ticket_taken(account: Any, source: str, ticket_id: str) -> bool:
+    """True when ``account`` filed a request with this ticket (``VMRequestQuerySet.with_ticket``)."""
+    return VMRequest.objects.with_ticket(account, source, ticket_id).exists()
 
 
 def validate(
@@ -212,7 +212,9 @@ def validate(
     Raises:
         RequestInvalid: every rule broken, with the alternatives when it does not fit.
     """
-    return _Check(resolve_requester(user, draft.requested_for), draft, refused, snapshot).run()
+    check = _Check(resolve_requester(user, draft.requested_for), draft, refused, snapshot)
+    check.filer = user
+    return check.run()
 
 
 class _Check:
@@ -222,6 +224,7 @@ class _Check:
         self, requester: Any, draft: RequestDraft, refused: Collection[str], snap: CapacitySnapshot | None
     ) -> None:
         self.requester = requester
+        self.filer: Any = requester  # the account filing (its tickets count); validate() sets it
         self.draft = draft
         self.skip: set[str] = set(refused)
         self._snapshot = snap
@@ -473,7 +476,7 @@ class _Check:
     def ticket(self) -> None:
         ticket, source = self.draft.ticket_id.strip(), self.draft.ticket_source.strip()
         checkable = ticket and self.given("ticket_id") and self.given("ticket_source")
-        if checkable and ticket_taken(source, ticket):
+        if checkable and ticket_taken(self.filer, source, ticket):
             message = _("Ticket %(ticket)s already has a VM request.") % {"ticket": ticket}
             self.fail("ticket_id", "duplicate", message)
 

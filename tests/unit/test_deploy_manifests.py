@@ -102,6 +102,12 @@ def test_every_manifest_parses_and_the_kustomization_lists_every_file() -> None:
         ("Deployment", "gpu-vm-portal-worker"),
         ("Job", "gpu-vm-portal-migrate"),
         ("Namespace", NS),
+        ("NetworkPolicy", "gpu-vm-portal-beat"),
+        ("NetworkPolicy", "gpu-vm-portal-default-deny"),
+        ("NetworkPolicy", "gpu-vm-portal-migrate"),
+        ("NetworkPolicy", "gpu-vm-portal-watcher"),
+        ("NetworkPolicy", "gpu-vm-portal-web"),
+        ("NetworkPolicy", "gpu-vm-portal-worker"),
         ("Role", "gpu-vm-portal-vgpu-config"),
         ("RoleBinding", "gpu-vm-portal-vgpu-config"),
         ("Service", "gpu-vm-portal-web"),
@@ -169,11 +175,14 @@ def test_example_overlay_moves_the_operator_namespace_consistently() -> None:
     data = objects[("ConfigMap", "gpu-vm-portal")]["data"]
     role = objects[("Role", "gpu-vm-portal-vgpu-config")]
     binding = objects[("RoleBinding", "gpu-vm-portal-vgpu-config")]
+    param = objects[("ValidatingAdmissionPolicyBinding", "gpu-vm-portal-node-labels")]["spec"]["paramRef"]
     assert (
         data["PORTAL_GPU_OPERATOR_NAMESPACE"]
         == role["metadata"]["namespace"]
         == binding["metadata"]["namespace"]
+        == param["namespace"]
     )
+    assert param["name"] == "custom-vgpu-config"
     assert role["rules"][0]["resourceNames"] == ["default-vgpu-devices-config", "custom-vgpu-config"]
     assert "localhost" in data["ALLOWED_HOSTS"].split(",")
     assert data["PORTAL_BASE_URL"] in {o.strip() for o in data["CSRF_TRUSTED_ORIGINS"].split(",")}
@@ -418,9 +427,86 @@ def test_node_label_policy_applies_to_the_worker_identity_only() -> None:
     ]
     assert policy["failurePolicy"] == "Fail"
     assert {v["reason"] for v in policy["validations"]} == {"Forbidden"}
-    assert policy["variables"] == [{"name": "label", "expression": "'nvidia.com/vgpu.config'"}]
+    assert [v["name"] for v in policy["variables"]] == ["label", "config", "previous"]
+    assert policy["variables"][0] == {"name": "label", "expression": "'nvidia.com/vgpu.config'"}
+    # #14 finding 11: the label's value must be a config of the vGPU ConfigMap (the parameter).
+    assert policy["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    assert sum("params.data['config.yaml'].matches(" in v["expression"] for v in policy["validations"]) == 1
     binding = of_kind("ValidatingAdmissionPolicyBinding")["gpu-vm-portal-node-labels"]["spec"]
-    assert binding == {"policyName": "gpu-vm-portal-node-labels", "validationActions": ["Deny"]}
+    role = of_kind("Role")["gpu-vm-portal-vgpu-config"]
+    assert binding == {
+        "policyName": "gpu-vm-portal-node-labels",
+        "validationActions": ["Deny"],
+        "paramRef": {
+            "name": role["rules"][0]["resourceNames"][0],
+            "namespace": role["metadata"]["namespace"],
+            "parameterNotFoundAction": "Deny",
+        },
+    }
+
+
+def _ports(rules: list[dict[str, Any]]) -> set[tuple[str, int]]:
+    return {(p["protocol"], p["port"]) for rule in rules for p in rule.get("ports", [])}
+
+
+def test_network_policies_deny_by_default_and_open_what_each_process_needs() -> None:
+    """#14 finding 11: ingress only to the web pods from the ingress controller and Prometheus;
+    egress per process to DNS, the database, Redis, the API server, SMTP and webhook targets."""
+    policies = of_kind("NetworkPolicy")
+    deny = policies["gpu-vm-portal-default-deny"]["spec"]
+    assert (deny["podSelector"], deny["policyTypes"]) == ({}, ["Ingress", "Egress"])
+    assert "ingress" not in deny
+    assert _ports(deny["egress"]) == {("UDP", 53), ("TCP", 53)}
+    components = {
+        doc["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]
+        for kind in ("Deployment", "Job")
+        for doc in of_kind(kind).values()
+    }
+    by_component = {
+        p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]: p["spec"]
+        for name, p in policies.items()
+        if name != "gpu-vm-portal-default-deny"
+    }
+    assert set(by_component) == components == {"web", "worker", "watcher", "beat", "migrate"}
+    db, redis, api, smtp = (
+        {("TCP", 5432)},
+        {("TCP", 6379)},
+        {("TCP", 443), ("TCP", 6443)},
+        {
+            ("TCP", 25),
+            ("TCP", 465),
+            ("TCP", 587),
+        },
+    )
+    expected = {
+        "web": db | redis | api | smtp,
+        "worker": db | redis | api | smtp | {("TCP", 80)},
+        "watcher": db | redis | api,
+        "beat": redis,
+        "migrate": db,
+    }
+    assert {c: _ports(spec["egress"]) for c, spec in by_component.items()} == expected
+    assert {c for c, spec in by_component.items() if spec.get("ingress")} == {"web"}
+    (ingress,) = by_component["web"]["ingress"]
+    assert [
+        peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for peer in ingress["from"]
+    ] == [
+        "ingress-nginx",
+        "monitoring",
+    ]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": 8000}]
+    web_port = of_kind("Deployment")["gpu-vm-portal-web"]["spec"]["template"]["spec"]["containers"][0][
+        "ports"
+    ]
+    assert web_port == [{"name": "http", "containerPort": 8000}]
+    # Webhook receivers: never the link-local range (cloud metadata services).
+    (outside,) = [rule for rule in by_component["worker"]["egress"] if "to" in rule]
+    assert [b["ipBlock"] for b in outside["to"]] == [
+        {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]},
+        {"cidr": "::/0", "except": ["fe80::/10"]},
+    ]
+    for spec in by_component.values():
+        assert spec["policyTypes"] == ["Ingress", "Egress"]
 
 
 #: Every client method the adapter (portal/k8s/) calls, and what the RBAC above grants it.

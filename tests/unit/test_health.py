@@ -25,7 +25,12 @@ def test_healthz_is_open_and_touches_nothing(client: Client) -> None:
     assert response.json() == {"status": "ok"}
 
 
+#: A caller that is neither loopback nor staff (the test client's default is 127.0.0.1).
+OUTSIDE = "203.0.113.9"
+
+
 def test_readyz_reports_each_check(client: Client) -> None:
+    """Loopback callers (the kubelet's exec probes, an operator on the pod) get the details."""
     response = client.get("/readyz")
     assert response.status_code == 200
     body = response.json()
@@ -33,12 +38,38 @@ def test_readyz_reports_each_check(client: Client) -> None:
     checks = body["checks"]
     assert set(checks) == {"database", "broker", "kubernetes"}
     assert checks["database"]["status"] == "ok"
+    assert checks["database"]["backend"] == "sqlite"
     assert checks["broker"]["status"] == "ok"
     assert checks["kubernetes"] == {
         "status": "not_configured",
         "message": "Kubernetes is not configured: set PORTAL_KUBECONFIG or run inside the cluster",
         "duration_ms": checks["kubernetes"]["duration_ms"],
     }
+
+
+def test_readyz_anonymous_gets_ok_or_fail_only(client: Client) -> None:
+    """#14 finding 7: no backend names, versions, errors or timings for an anonymous remote caller."""
+    response = client.get("/readyz", REMOTE_ADDR=OUTSIDE)
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "ok",
+        "checks": {
+            "database": {"status": "ok"},
+            "broker": {"status": "ok"},
+            "kubernetes": {"status": "not_configured"},
+        },
+    }
+
+
+def test_readyz_staff_gets_the_details_from_anywhere(client: Client) -> None:
+    from tests.factories import portal_user
+
+    client.force_login(portal_user("staff"))
+    checks = client.get("/readyz", REMOTE_ADDR=OUTSIDE).json()["checks"]
+    assert checks["database"]["backend"] == "sqlite"
+    assert isinstance(checks["broker"]["duration_ms"], float)
+    client.force_login(portal_user("analyst"))
+    assert client.get("/readyz", REMOTE_ADDR=OUTSIDE).json()["checks"]["database"] == {"status": "ok"}
 
 
 @pytest.fixture
@@ -58,6 +89,13 @@ def test_readyz_is_503_when_the_broker_is_down(client: Client, unreachable_broke
     assert body["checks"]["database"]["status"] == "ok"
 
 
+def test_readyz_hides_the_broker_error_from_anonymous(client: Client, unreachable_broker: None) -> None:
+    response = client.get("/readyz", REMOTE_ADDR=OUTSIDE)
+    assert response.status_code == 503
+    assert response.json()["checks"]["broker"] == {"status": "fail"}
+    assert b"127.0.0.1" not in response.content and b"Error" not in response.content
+
+
 @pytest.fixture
 def unreachable_cluster(tmp_path: Path) -> Iterator[None]:
     kubeconfig = tmp_path / "kubeconfig"
@@ -73,14 +111,70 @@ def unreachable_cluster(tmp_path: Path) -> Iterator[None]:
     k8s.api_client.cache_clear()
 
 
-def test_readyz_is_503_when_the_kubernetes_api_is_unreachable(
+def _metric_lines(client: Client, prefix: str) -> dict[str, float]:
+    text = client.get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(prefix)
+    }
+
+
+def test_readyz_stays_ready_when_the_kubernetes_api_is_unreachable(
     client: Client, unreachable_cluster: None
 ) -> None:
+    """#14 finding 7: a blink of the API server must not take every web pod out of the Service;
+    the cluster's state is reported in the body and in /metrics instead."""
     response = client.get("/readyz")
-    assert response.status_code == 503
-    kube = response.json()["checks"]["kubernetes"]
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    kube = body["checks"]["kubernetes"]
     assert kube["status"] == "fail"
     assert kube["error"].startswith("K8sTransientError: Kubernetes API unreachable")
+    lines = _metric_lines(client, "gpu_portal_kubernetes_api")
+    assert lines['gpu_portal_kubernetes_api_state{state="fail"}'] == 1.0
+    assert lines['gpu_portal_kubernetes_api_state{state="ok"}'] == 0.0
+    assert lines['gpu_portal_kubernetes_api_state{state="not_configured"}'] == 0.0
+
+
+def test_kubernetes_state_metric_follows_the_last_check(client: Client) -> None:
+    client.get("/readyz", REMOTE_ADDR=OUTSIDE)
+    lines = _metric_lines(client, "gpu_portal_kubernetes_api")
+    assert lines['gpu_portal_kubernetes_api_state{state="not_configured"}'] == 1.0
+    assert lines['gpu_portal_kubernetes_api_state{state="fail"}'] == 0.0
+    assert lines["gpu_portal_kubernetes_api_last_check_timestamp_seconds"] > 0
+
+
+def test_readyz_answers_within_its_time_budget(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that does not answer within ``PORTAL_READYZ_BUDGET`` counts as failed; the others
+    still report (the hung one is abandoned in its thread, released at the end of the test)."""
+    import threading
+
+    from portal import health
+
+    release = threading.Event()
+
+    def hung_broker() -> dict[str, str]:
+        release.wait(30)
+        return {"status": "ok"}
+
+    monkeypatch.setitem(health.CHECKS, "broker", hung_broker)
+    try:
+        with override_settings(PORTAL_READYZ_BUDGET=0.2):
+            detailed = client.get("/readyz").json()
+            anonymous = client.get("/readyz", REMOTE_ADDR=OUTSIDE)
+    finally:
+        release.set()
+    assert detailed["status"] == "fail"
+    assert detailed["checks"]["broker"] == {
+        "status": "fail",
+        "error": "no answer within the readiness budget of 0.2 s",
+        "duration_ms": 200.0,
+    }
+    assert detailed["checks"]["database"]["status"] == "ok"
+    assert anonymous.status_code == 503
+    assert anonymous.json()["checks"]["broker"] == {"status": "fail"}
 
 
 def test_request_id_is_echoed_or_generated(client: Client) -> None:

@@ -98,7 +98,9 @@ def test_no_app_module_spells_a_key_itself() -> None:
 def test_deploy_node_label_policy_guards_the_vgpu_config_label() -> None:
     docs = yaml.safe_load_all((ROOT / "deploy" / "base" / "node-label-policy.yaml").read_text())
     (policy,) = [d for d in docs if d and d["kind"] == "ValidatingAdmissionPolicy"]
-    assert policy["spec"]["variables"] == [{"name": "label", "expression": f"'{labels.VGPU_CONFIG}'"}]
+    assert policy["spec"]["variables"][0] == {"name": "label", "expression": f"'{labels.VGPU_CONFIG}'"}
+    # The other variables (the label's new and old value, #14 finding 11) go through this one.
+    assert all("variables.label" in v["expression"] for v in policy["spec"]["variables"][1:])
 
 
 @pytest.mark.django_db

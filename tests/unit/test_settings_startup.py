@@ -46,6 +46,11 @@ def run_manage(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.Co
         ({**PRODUCTION_ENV, "ALLOWED_HOSTS": ""}, "ALLOWED_HOSTS must be set"),
         ({**PRODUCTION_ENV, "DEBUG": "true"}, "DEBUG must be false when PORTAL_ENV=production"),
         ({**PRODUCTION_ENV, "SECRET_KEY": "short"}, "at least 50 characters"),
+        (
+            {"PORTAL_API_TOKEN_TTL_DAYS": "400"},
+            "PORTAL_API_TOKEN_TTL_DAYS=400 is above PORTAL_API_TOKEN_MAX_DAYS=365",
+        ),
+        ({"PORTAL_SESSION_IDLE_MINUTES": "0"}, "PORTAL_SESSION_IDLE_MINUTES=0 is below the minimum 1"),
     ],
 )
 def test_malformed_values_fail_at_startup(tmp_path: Path, env: dict[str, str], message: str) -> None:
@@ -78,3 +83,26 @@ def test_development_defaults_use_sqlite_and_the_file_broker(tmp_path: Path) -> 
         "False",
         str(var / "broker" / "queue"),
     ]
+
+
+def test_production_sessions_end_with_the_browser(tmp_path: Path) -> None:
+    """#14 finding 9: in production the session cookie has no Max-Age (ends with the browser)."""
+    code = (
+        "from django.conf import settings as s; "
+        "print(s.SESSION_EXPIRE_AT_BROWSER_CLOSE, s.SESSION_COOKIE_AGE, s.PORTAL_SESSION_IDLE_MINUTES)"
+    )
+    production = run_manage(tmp_path, PRODUCTION_ENV, "shell", "--no-imports", "-c", code)
+    assert production.stdout.split() == ["True", "43200", "60"], production.stderr
+    tuned = run_manage(
+        tmp_path,
+        {
+            **PRODUCTION_ENV,
+            "PORTAL_SESSION_EXPIRE_AT_BROWSER_CLOSE": "false",
+            "PORTAL_SESSION_MAX_HOURS": "8",
+        },
+        "shell",
+        "--no-imports",
+        "-c",
+        code,
+    )
+    assert tuned.stdout.split() == ["False", "28800", "60"], tuned.stderr

@@ -6,9 +6,10 @@ Order of the checks (each may answer instead of creating):
    the user must exist and be active (400).
 2. ``Idempotency-Key`` (per caller): seen before with the same body → that request (200); with
    another body → 409 ``idempotency-key-reused`` listing ``differing_fields``.
-3. Ticket (``ticket_source`` + ``ticket_id``, unique in the database): a request exists → the
-   same content gives it back (200), other content → 409 ``duplicate-ticket`` listing
-   ``differing_fields``.
+3. Ticket (``ticket_source`` + ``ticket_id``, unique per filing account in the database:
+   ``VMRequestQuerySet.with_ticket``): a request this caller filed exists → the same content
+   gives it back (200), other content → 409 ``duplicate-ticket`` listing ``differing_fields``.
+   Another account's tickets are never looked at (no squatting, no oracle: #14).
 4. ``vmrequests.validation.validate`` on a ``RequestDraft`` of the body (the same rules as the
    browser form: team membership, image, GPU, sizes, SSH key, lease, name, capacity and quota)
    → 400 with its field errors and ``alternatives`` when it does not fit; when it refuses
@@ -146,20 +147,14 @@ def _existing(caller: Any, requester: Any, attrs: dict[str, Any], key: str) -> C
     if not ticket_id:
         return None
     source = attrs.get("ticket_source", "").strip()
+    # The caller filed it (requester or submitted_by), so visible_to(caller) includes it.
     req = (
-        VMRequest.objects.filter(ticket_source=source, ticket_id=ticket_id)
+        VMRequest.objects.with_ticket(caller, source, ticket_id)
         .select_related("team", "image", "requester")
         .first()
     )
     if req is None:
         return None
-    if not VMRequest.objects.visible_to(caller).filter(pk=req.pk).exists():
-        raise ProblemError(
-            409,
-            "duplicate-ticket",
-            _("Ticket %(ticket)s already has a VM request that you may not see.") % {"ticket": ticket_id},
-            extra={"differing_fields": []},
-        )
     differing = differences(req, requester, attrs)
     if differing:
         raise ProblemError(

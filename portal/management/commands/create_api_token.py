@@ -15,7 +15,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from portal.models import ApiToken, TokenScope
+from portal.models import ApiToken, TokenScope, max_token_days
 
 
 class Command(BaseCommand):
@@ -45,8 +45,8 @@ class Command(BaseCommand):
         except user_model.DoesNotExist:
             raise CommandError(f"no active user {options['username']!r}") from None
         days = settings.PORTAL_API_TOKEN_TTL_DAYS if options["days"] is None else options["days"]
-        if not 1 <= days <= 3650:
-            raise CommandError("--days must be between 1 and 3650")
+        if not 1 <= days <= max_token_days():
+            raise CommandError(f"--days must be between 1 and {max_token_days()} (PORTAL_API_TOKEN_MAX_DAYS)")
         name = str(options["name"]).strip()
         if not name or len(name) > 100:
             raise CommandError("--name must be 1 to 100 characters")

@@ -44,6 +44,7 @@ KINDS: dict[str, tuple[Callable[[k8s_client.ApiClient], Any], str, bool]] = {
     "Pod": (k8s_client.CoreV1Api, "pod", True),
     "Deployment": (k8s_client.AppsV1Api, "deployment", True),
     "Job": (k8s_client.BatchV1Api, "job", True),
+    "NetworkPolicy": (k8s_client.NetworkingV1Api, "network_policy", True),
     "ClusterRole": (k8s_client.RbacAuthorizationV1Api, "cluster_role", False),
     "ClusterRoleBinding": (k8s_client.RbacAuthorizationV1Api, "cluster_role_binding", False),
     "Role": (k8s_client.RbacAuthorizationV1Api, "role", True),
@@ -151,6 +152,14 @@ def operator_role(extra_names: list[str]) -> dict[str, Any]:
     return role
 
 
+def policy_binding(config_map_name: str) -> dict[str, Any]:
+    """deploy/base's ValidatingAdmissionPolicyBinding with its ``paramRef`` naming the cluster's
+    vGPU ConfigMap (deploy/README.md: change it with the Role's ``resourceNames``)."""
+    (binding,) = [o for o in base_objects() if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    binding["spec"]["paramRef"]["name"] = config_map_name or binding["spec"]["paramRef"]["name"]
+    return binding
+
+
 def cluster_policy_config_name(api: k8s_client.ApiClient) -> str:
     """The vGPU ConfigMap the ClusterPolicy names (``""`` for the operator's default)."""
     (policy,) = k8s_client.CustomObjectsApi(api).list_cluster_custom_object(
@@ -186,13 +195,18 @@ def deployed(
     devcluster: DevCluster, k8s_api: k8s_client.ApiClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Deployed:
     """Create (or update) the Namespace, ServiceAccounts, ClusterRole(Binding), the GPU Operator
-    Role(Binding) and the node-label admission policy of deploy/base as the admin; the Role gets
-    the cluster's custom vGPU ConfigMap name as deploy/README.md tells admins to. Then tokens of
+    Role(Binding) and the node-label admission policy of deploy/base as the admin; the Role and
+    the policy binding's paramRef get the cluster's custom vGPU ConfigMap name as deploy/README.md
+    tells admins to. Then tokens of
     both ServiceAccounts, once RBAC and the policy are in force."""
     config_map_name = cluster_policy_config_name(k8s_api)
     for obj in base_objects():
+        if obj["kind"] == "Role":
+            obj = operator_role([config_map_name])
+        elif obj["kind"] == "ValidatingAdmissionPolicyBinding":
+            obj = policy_binding(config_map_name)
         if obj["kind"] in RBAC_KINDS:
-            apply(k8s_api, operator_role([config_map_name]) if obj["kind"] == "Role" else obj)
+            apply(k8s_api, obj)
     worker_token = service_account_token(k8s_api, WORKER_SA)
     worker = devcluster.api_client_for_token(worker_token)
     web = devcluster.api_client_for_token(service_account_token(k8s_api, WEB_SA))

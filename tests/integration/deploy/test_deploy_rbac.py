@@ -139,6 +139,12 @@ def test_workload_manifests_pass_server_side_validation(
         ("Deployment", "gpu-vm-portal-web"),
         ("Deployment", "gpu-vm-portal-worker"),
         ("Job", "gpu-vm-portal-migrate"),
+        ("NetworkPolicy", "gpu-vm-portal-beat"),
+        ("NetworkPolicy", "gpu-vm-portal-default-deny"),
+        ("NetworkPolicy", "gpu-vm-portal-migrate"),
+        ("NetworkPolicy", "gpu-vm-portal-watcher"),
+        ("NetworkPolicy", "gpu-vm-portal-web"),
+        ("NetworkPolicy", "gpu-vm-portal-worker"),
         ("Service", "gpu-vm-portal-web"),
     ]
     for obj in workloads:
@@ -548,8 +554,24 @@ def test_what_the_service_account_must_not_do(
     assert forbidden(lambda: core.patch_node(QUIET_NODE, {"metadata": {"annotations": {"x": "y"}}})) == (
         policy_says + "the portal may not change a node's annotations, finalizers or owner references"
     )
-    # ... and that one label passes (dry run: nothing changes).
-    core.patch_node(QUIET_NODE, {"metadata": {"labels": {VGPU_CONFIG: "T4-16Q"}}}, dry_run="All")
+    # #14 finding 11: its value must be a config of the vGPU ConfigMap (the policy's parameter):
+    # not a made-up name, not a structural key of the file, and a dot is not a wildcard
+    # (T4.8Q is not T4-8Q).
+    not_a_config = policy_says + (
+        "the portal may only set nvidia.com/vgpu.config to a config of the vGPU devices ConfigMap, not "
+    )
+    for value in ("A100-made-up", "vgpu-devices", "devices", "T4.8Q"):
+        assert (
+            forbidden(
+                lambda value=value: core.patch_node(
+                    QUIET_NODE, {"metadata": {"labels": {VGPU_CONFIG: value}}}, dry_run="All"
+                )
+            )
+            == not_a_config + value
+        )
+    # ... and that one label passes with real config names (dry run: nothing changes).
+    for value in ("T4-16Q", "T4-custom", "A100-1-5C", "default"):
+        core.patch_node(QUIET_NODE, {"metadata": {"labels": {VGPU_CONFIG: value}}}, dry_run="All")
     node_after = admin_core.read_node(QUIET_NODE)
     assert (node_after.metadata.resource_version, node_after.metadata.labels) == (
         node_before.metadata.resource_version,

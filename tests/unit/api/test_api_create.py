@@ -122,10 +122,12 @@ def test_same_ticket_twice_is_one_request_and_the_same_body(world: Any) -> None:
     assert VMRequestEvent.objects.filter(request_id=first.json()["id"]).count() == 1
 
 
-def test_same_ticket_from_a_team_mate_differs_in_requested_for(world: Any) -> None:
+def test_same_ticket_from_a_team_mate_is_their_own_request(world: Any) -> None:
+    """Tickets are per filing account (#14 finding 3): apa's INC0001 is not ana's."""
     req = _created(post(api(world.ana), URL, create_body()))
-    body = problem(post(api(world.apa), URL, create_body()), 409, "duplicate-ticket")
-    assert (body["differing_fields"], body["existing_request"]) == (["requested_for"], req.pk)
+    other = _created(post(api(world.apa), URL, create_body()))
+    assert other.pk != req.pk
+    assert (other.requester, other.ticket_id) == (world.apa, "INC0001")
 
 
 def test_equivalent_content_is_the_same_request(world: Any) -> None:
@@ -175,13 +177,12 @@ def test_same_ticket_id_of_another_ticketing_system_is_a_new_request(world: Any)
     assert (second.ticket_source, second.ticket_id) == ("JIRA", "INC0001")
 
 
-def test_ticket_of_a_request_the_caller_may_not_see_is_409_without_details(world: Any) -> None:
+def test_ticket_of_another_account_is_not_looked_at(world: Any) -> None:
+    """No 409 and no hint about a ticket another team's account filed (#14 finding 3)."""
     _created(post(api(world.ana), URL, create_body()))
-    body = problem(post(api(world.olga), URL, create_body(team="research")), 409, "duplicate-ticket")
-    assert body["detail"] == "Ticket INC0001 already has a VM request that you may not see."
-    assert (body["differing_fields"], body["errors"]) == ([], [])
-    assert "existing_request" not in body
-    assert VMRequest.objects.count() == 4
+    mine = _created(post(api(world.olga), URL, create_body(team="research")))
+    assert (mine.requester, mine.ticket_id) == (world.olga, "INC0001")
+    assert VMRequest.objects.count() == 5
 
 
 def _late_duplicate(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -216,11 +217,11 @@ def test_duplicate_committed_after_the_check_is_answered_as_a_duplicate(
 def test_duplicate_committed_after_validation_is_caught_by_the_unique_constraint(
     world: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both checks passed, the insert hits ``vmrequest_unique_ticket``: the answer is the duplicate's."""
+    """Both checks passed, the insert hits ``vmrequest_unique_ticket_per_account``: the answer is the duplicate's."""
     client = api(world.ana)
     first = post(client, URL, create_body())
     _late_duplicate(monkeypatch)
-    monkeypatch.setattr(validation, "ticket_taken", lambda source, ticket: False)
+    monkeypatch.setattr(validation, "ticket_taken", lambda account, source, ticket: False)
     second = post(client, URL, create_body())
     assert second.status_code == 200
     assert second.json() == first.json()

@@ -318,7 +318,10 @@ def test_bad_names(world: dict[str, Any], name: str, message: str) -> None:
 
 
 def test_duplicate_ticket(world: dict[str, Any]) -> None:
+    # Tickets are per filing account (#14 finding 3): bob's JIRA-7 is no clash for this user.
     stored_request(world["other"], portal_user("analyst", "bob"), world["ubuntu"], ticket_id="JIRA-7")
+    assert form_for(world, ticket_id="JIRA-7").is_valid()
+    stored_request(world["team"], world["user"], world["ubuntu"], ticket_id="JIRA-7")
     assert errors(form_for(world, ticket_id="JIRA-7")) == {
         "ticket_id": ["Ticket JIRA-7 already has a VM request."]
     }

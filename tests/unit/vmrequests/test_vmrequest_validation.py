@@ -385,7 +385,10 @@ def test_justification_refused(w: dict[str, Any], text: str, code: str) -> None:
 
 
 def test_ticket(w: dict[str, Any]) -> None:
+    # Tickets are per filing account (#14 finding 3): olga's INC7 does not block ana's.
     stored_request(w["research"], w["olga"], w["ubuntu"], ticket_source="SNOW", ticket_id="INC7")
+    assert validate(w["ana"], draft(ticket_source="SNOW", ticket_id="INC7")).ticket_id == "INC7"
+    stored_request(w["quant"], w["ana"], w["ubuntu"], ticket_source="SNOW", ticket_id="INC7")
     assert refused(w["ana"], draft(ticket_source="SNOW", ticket_id="INC7")) == {
         "ticket_id": [("duplicate", "Ticket INC7 already has a VM request.")]
     }
