@@ -16,7 +16,15 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from portal.admin_mixins import ReadOnlyAdminMixin
-from vmrequests.models import AutoApprovalRule, GpuQuota, Team, VmImage, VMRequest, VMRequestEvent
+from vmrequests.models import (
+    REQUEST_SPEC_FIELDS,
+    AutoApprovalRule,
+    GpuQuota,
+    Team,
+    VmImage,
+    VMRequest,
+    VMRequestEvent,
+)
 
 
 class GpuQuotaInline(admin.TabularInline):
@@ -65,14 +73,7 @@ class VMRequestEventInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 REQUEST_WHO = ("requester", "submitted_by", "team", "status", "created", "updated")
 REQUEST_WHAT = (
-    "mode",
-    "resource_name",
-    "vgpu_type",
-    "gpu_model",
-    "device_count",
-    "cpu_cores",
-    "memory_gib",
-    "image",
+    *REQUEST_SPEC_FIELDS,
     "lease_days",
     "ssh_public_key",
     "justification",

@@ -11,7 +11,15 @@ from rest_framework import serializers
 from gpuinventory.capacity import Tally
 from gpuinventory.choices import SyncStatus, WorkloadMode
 from gpuinventory.diagnostics import describe_flags
-from gpuinventory.models import GpuConsumer, GpuNode, GpuResource, PermittedDevice, VgpuConfig
+from gpuinventory.models import (
+    NODE_OBSERVED_FIELDS,
+    RESOURCE_OBSERVED_FIELDS,
+    GpuConsumer,
+    GpuNode,
+    GpuResource,
+    PermittedDevice,
+    VgpuConfig,
+)
 
 
 def _row(obj: GpuResource, context: Mapping[str, Any]) -> Any:
@@ -35,15 +43,7 @@ class GpuResourceSerializer(serializers.ModelSerializer[GpuResource]):
         model = GpuResource
         fields = [
             "name",
-            "kind",
-            "model",
-            "pci_device_id",
-            "vgpu_type",
-            "framebuffer_gb",
-            "series",
-            "capacity",
-            "allocatable",
-            "used",
+            *RESOURCE_OBSERVED_FIELDS,
             "reserved",
             "free",
             "free_unusable",
@@ -101,18 +101,7 @@ class GpuNodeSerializer(serializers.ModelSerializer[GpuNode]):
             "present",
             "first_seen",
             "last_seen",
-            "workload_mode",
-            "mode_source",
-            "mode_label_value",
-            "transitioning",
-            "gpu_model",
-            "gpu_count",
-            "gpu_memory_mib",
-            "model_source",
-            "ready",
-            "unschedulable",
-            "vgpu_config",
-            "vgpu_config_state",
+            *NODE_OBSERVED_FIELDS,
             "devices_total",
             "devices_used",
             "devices_reserved",

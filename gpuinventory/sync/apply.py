@@ -12,7 +12,15 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
-from gpuinventory.models import GpuConsumer, GpuNode, GpuResource, PermittedDevice, VgpuConfig
+from gpuinventory.models import (
+    NODE_OBSERVED_FIELDS,
+    RESOURCE_OBSERVED_FIELDS,
+    GpuConsumer,
+    GpuNode,
+    GpuResource,
+    PermittedDevice,
+    VgpuConfig,
+)
 from gpuinventory.naming import ModelSource
 from gpuinventory.nodeview import (
     DerivedConsumer,
@@ -25,36 +33,8 @@ from gpuinventory.sync.derive import Derived
 _BATCH = 500
 
 
-NODE_FIELDS = (
-    "uid",
-    "workload_mode",
-    "mode_source",
-    "mode_label_value",
-    "transitioning",
-    "gpu_model",
-    "gpu_count",
-    "gpu_memory_mib",
-    "model_source",
-    "ready",
-    "unschedulable",
-    "vgpu_config",
-    "vgpu_config_state",
-    "labels",
-    "flags",
-)
-RESOURCE_FIELDS = (
-    "kind",
-    "model",
-    "pci_device_id",
-    "vgpu_type",
-    "framebuffer_gb",
-    "series",
-    "capacity",
-    "allocatable",
-    "used",
-    "stale",
-    "permitted",
-)
+NODE_FIELDS = ("uid", *NODE_OBSERVED_FIELDS, "labels", "flags")
+RESOURCE_FIELDS = (*RESOURCE_OBSERVED_FIELDS, "stale", "permitted")
 CONSUMER_FIELDS = ("count", "vmi_name")
 
 

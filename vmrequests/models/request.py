@@ -79,6 +79,21 @@ class PolicyRule(Protocol):
         ...
 
 
+#: What a request asks for, in the order pages and the API show it: the GPU (``mode``,
+#: ``resource_name``/``vgpu_type``, ``gpu_model``, ``device_count``), the VM's size
+#: (``cpu_cores``, ``memory_gib``) and its ``image``.
+REQUEST_SPEC_FIELDS = (
+    "mode",
+    "resource_name",
+    "vgpu_type",
+    "gpu_model",
+    "device_count",
+    "cpu_cores",
+    "memory_gib",
+    "image",
+)
+
+
 class VMRequestQuerySet(QuerySet["VMRequest"]):
     """Query helpers; ``visible_to`` is the one visibility rule (CONVENTIONS). Who may do what
     to a visible request is ``vmrequests.policy``."""
