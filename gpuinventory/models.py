@@ -15,36 +15,6 @@ from django.utils.translation import gettext_lazy as _
 
 from gpuinventory.choices import ModeSource, ResourceKind, SyncStatus, WorkloadMode
 
-#: The node fields each sync derives from the cluster that the API shows too (besides ``uid``,
-#: ``labels`` and ``flags``, which the sync writes and the list API leaves out), in API order.
-NODE_OBSERVED_FIELDS = (
-    "workload_mode",
-    "mode_source",
-    "mode_label_value",
-    "transitioning",
-    "gpu_model",
-    "gpu_count",
-    "gpu_memory_mib",
-    "model_source",
-    "ready",
-    "unschedulable",
-    "vgpu_config",
-    "vgpu_config_state",
-)
-#: The resource fields each sync derives from node capacity/allocatable and the pods' requests
-#: (besides ``stale`` and ``permitted``), in API order.
-RESOURCE_OBSERVED_FIELDS = (
-    "kind",
-    "model",
-    "pci_device_id",
-    "vgpu_type",
-    "framebuffer_gb",
-    "series",
-    "capacity",
-    "allocatable",
-    "used",
-)
-
 
 class GpuNode(models.Model):
     """A Kubernetes node the GPU Operator marks ``nvidia.com/gpu.present=true`` (DOMAIN.md §1).
@@ -77,6 +47,23 @@ class GpuNode(models.Model):
     flags = models.JSONField(default=list)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
+
+    #: The fields each sync derives from the cluster that the API shows too (besides ``uid``,
+    #: ``labels`` and ``flags``, which the sync writes and the list API leaves out), in API order.
+    OBSERVED_FIELDS = (
+        "workload_mode",
+        "mode_source",
+        "mode_label_value",
+        "transitioning",
+        "gpu_model",
+        "gpu_count",
+        "gpu_memory_mib",
+        "model_source",
+        "ready",
+        "unschedulable",
+        "vgpu_config",
+        "vgpu_config_state",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -112,6 +99,20 @@ class GpuResource(models.Model):
     used = models.PositiveIntegerField(_("used"), default=0)
     stale = models.BooleanField(_("stale"), default=False)
     permitted = models.BooleanField(_("permitted"), null=True)
+
+    #: The fields each sync derives from node capacity/allocatable and the pods' requests
+    #: (besides ``stale`` and ``permitted``), in API order.
+    OBSERVED_FIELDS = (
+        "kind",
+        "model",
+        "pci_device_id",
+        "vgpu_type",
+        "framebuffer_gb",
+        "series",
+        "capacity",
+        "allocatable",
+        "used",
+    )
 
     class Meta:
         ordering = ["node__name", "name"]

@@ -17,7 +17,6 @@ from django.utils.translation import gettext_lazy as _
 
 from portal.admin_mixins import ReadOnlyAdminMixin
 from vmrequests.models import (
-    REQUEST_SPEC_FIELDS,
     AutoApprovalRule,
     GpuQuota,
     Team,
@@ -73,7 +72,7 @@ class VMRequestEventInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 REQUEST_WHO = ("requester", "submitted_by", "team", "status", "created", "updated")
 REQUEST_WHAT = (
-    *REQUEST_SPEC_FIELDS,
+    *VMRequest.SPEC_FIELDS,
     "lease_days",
     "ssh_public_key",
     "justification",

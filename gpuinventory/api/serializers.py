@@ -11,15 +11,7 @@ from rest_framework import serializers
 from gpuinventory.capacity import Tally
 from gpuinventory.choices import SyncStatus, WorkloadMode
 from gpuinventory.diagnostics import describe_flags
-from gpuinventory.models import (
-    NODE_OBSERVED_FIELDS,
-    RESOURCE_OBSERVED_FIELDS,
-    GpuConsumer,
-    GpuNode,
-    GpuResource,
-    PermittedDevice,
-    VgpuConfig,
-)
+from gpuinventory.models import GpuConsumer, GpuNode, GpuResource, PermittedDevice, VgpuConfig
 
 
 def _row(obj: GpuResource, context: Mapping[str, Any]) -> Any:
@@ -43,7 +35,7 @@ class GpuResourceSerializer(serializers.ModelSerializer[GpuResource]):
         model = GpuResource
         fields = [
             "name",
-            *RESOURCE_OBSERVED_FIELDS,
+            *GpuResource.OBSERVED_FIELDS,
             "reserved",
             "free",
             "free_unusable",
@@ -101,7 +93,7 @@ class GpuNodeSerializer(serializers.ModelSerializer[GpuNode]):
             "present",
             "first_seen",
             "last_seen",
-            *NODE_OBSERVED_FIELDS,
+            *GpuNode.OBSERVED_FIELDS,
             "devices_total",
             "devices_used",
             "devices_reserved",

@@ -12,15 +12,7 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
-from gpuinventory.models import (
-    NODE_OBSERVED_FIELDS,
-    RESOURCE_OBSERVED_FIELDS,
-    GpuConsumer,
-    GpuNode,
-    GpuResource,
-    PermittedDevice,
-    VgpuConfig,
-)
+from gpuinventory.models import GpuConsumer, GpuNode, GpuResource, PermittedDevice, VgpuConfig
 from gpuinventory.naming import ModelSource
 from gpuinventory.nodeview import (
     DerivedConsumer,
@@ -33,8 +25,8 @@ from gpuinventory.sync.derive import Derived
 _BATCH = 500
 
 
-NODE_FIELDS = ("uid", *NODE_OBSERVED_FIELDS, "labels", "flags")
-RESOURCE_FIELDS = (*RESOURCE_OBSERVED_FIELDS, "stale", "permitted")
+NODE_FIELDS = ("uid", *GpuNode.OBSERVED_FIELDS, "labels", "flags")
+RESOURCE_FIELDS = (*GpuResource.OBSERVED_FIELDS, "stale", "permitted")
 CONSUMER_FIELDS = ("count", "vmi_name")
 
 

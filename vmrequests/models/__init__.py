@@ -25,7 +25,6 @@ from vmrequests.models.limits import (
     dns1123_label_validator,
 )
 from vmrequests.models.request import (
-    REQUEST_SPEC_FIELDS,
     PolicyRule,
     TransitionError,
     VMRequest,
@@ -42,7 +41,6 @@ __all__ = [
     "MAX_DEVICES",
     "MAX_JUSTIFICATION_LENGTH",
     "MAX_MEMORY_GIB",
-    "REQUEST_SPEC_FIELDS",
     "AutoApprovalRule",
     "GpuQuota",
     "IdempotencyKey",

@@ -79,21 +79,6 @@ class PolicyRule(Protocol):
         ...
 
 
-#: What a request asks for, in the order pages and the API show it: the GPU (``mode``,
-#: ``resource_name``/``vgpu_type``, ``gpu_model``, ``device_count``), the VM's size
-#: (``cpu_cores``, ``memory_gib``) and its ``image``.
-REQUEST_SPEC_FIELDS = (
-    "mode",
-    "resource_name",
-    "vgpu_type",
-    "gpu_model",
-    "device_count",
-    "cpu_cores",
-    "memory_gib",
-    "image",
-)
-
-
 class VMRequestQuerySet(QuerySet["VMRequest"]):
     """Query helpers; ``visible_to`` is the one visibility rule (CONVENTIONS). Who may do what
     to a visible request is ``vmrequests.policy``."""
@@ -208,6 +193,20 @@ class VMRequest(models.Model):
     vmi_created_at = models.DateTimeField(_("VMI created at"), null=True, blank=True)
     created = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
     updated = models.DateTimeField(_("updated"), auto_now=True)
+
+    #: What a request asks for, in the order pages and the API show it: the GPU (``mode``,
+    #: ``resource_name``/``vgpu_type``, ``gpu_model``, ``device_count``), the VM's size
+    #: (``cpu_cores``, ``memory_gib``) and its ``image``.
+    SPEC_FIELDS = (
+        "mode",
+        "resource_name",
+        "vgpu_type",
+        "gpu_model",
+        "device_count",
+        "cpu_cores",
+        "memory_gib",
+        "image",
+    )
 
     objects = VMRequestQuerySet.as_manager()
 
