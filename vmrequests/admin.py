@@ -15,7 +15,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
-from portal.admin_mixins import ReadOnlyAdminMixin
+from portal.admin_mixins import ReadOnlyAdminMixin, ReadOnlyTabularInline
 from vmrequests.models import (
     AutoApprovalRule,
     GpuQuota,
@@ -54,12 +54,9 @@ class VmImageAdmin(admin.ModelAdmin):
     search_fields = ("name", "image", "os")
 
 
-class VMRequestEventInline(ReadOnlyAdminMixin, admin.TabularInline):
+class VMRequestEventInline(ReadOnlyTabularInline):
     model = VMRequestEvent
-    extra = 0
-    can_delete = False
     fields = ("created", "actor_display", "action", "from_status", "to_status", "message")
-    readonly_fields = fields
     ordering = ("created", "pk")
 
     def get_queryset(self, request: HttpRequest) -> Any:
