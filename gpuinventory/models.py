@@ -48,6 +48,23 @@ class GpuNode(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
+    #: The fields each sync derives from the cluster that the API shows too (besides ``uid``,
+    #: ``labels`` and ``flags``, which the sync writes and the list API leaves out), in API order.
+    OBSERVED_FIELDS = (
+        "workload_mode",
+        "mode_source",
+        "mode_label_value",
+        "transitioning",
+        "gpu_model",
+        "gpu_count",
+        "gpu_memory_mib",
+        "model_source",
+        "ready",
+        "unschedulable",
+        "vgpu_config",
+        "vgpu_config_state",
+    )
+
     class Meta:
         ordering = ["name"]
         verbose_name = _("GPU node")
@@ -82,6 +99,20 @@ class GpuResource(models.Model):
     used = models.PositiveIntegerField(_("used"), default=0)
     stale = models.BooleanField(_("stale"), default=False)
     permitted = models.BooleanField(_("permitted"), null=True)
+
+    #: The fields each sync derives from node capacity/allocatable and the pods' requests
+    #: (besides ``stale`` and ``permitted``), in API order.
+    OBSERVED_FIELDS = (
+        "kind",
+        "model",
+        "pci_device_id",
+        "vgpu_type",
+        "framebuffer_gb",
+        "series",
+        "capacity",
+        "allocatable",
+        "used",
+    )
 
     class Meta:
         ordering = ["node__name", "name"]

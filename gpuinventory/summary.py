@@ -32,7 +32,22 @@ from gpuinventory.choices import MODE_BADGE, ResourceKind, SyncStatus, WorkloadM
 from gpuinventory.models import GpuNode, SyncRun
 
 
-def _fill(target: DeviceGroup | ModeSummary, tally: Tally) -> None:
+@dataclass(kw_only=True)
+class DeviceCounts:
+    """The device numbers of a summary entry, copied from a snapshot ``Tally`` by ``_fill``
+    (devices; ``gpu_equivalents`` in GPUs): ``total`` (allocatable), ``used``, ``reserved``,
+    ``free``, ``free_unusable`` with ``free_unusable_reasons`` (``{reason: devices}``)."""
+
+    total: int = 0
+    used: int = 0
+    free: int = 0
+    free_unusable: int = 0
+    free_unusable_reasons: dict[str, int] = field(default_factory=dict)
+    reserved: int = 0
+    gpu_equivalents: dict[str, float | int] = field(default_factory=dict)
+
+
+def _fill(target: DeviceCounts, tally: Tally) -> None:
     """Copy a snapshot ``Tally`` into a summary entry (the only source of its device numbers)."""
     target.total, target.used, target.reserved, target.free = (
         tally.allocatable,
@@ -45,7 +60,7 @@ def _fill(target: DeviceGroup | ModeSummary, tally: Tally) -> None:
 
 
 @dataclass
-class DeviceGroup:
+class DeviceGroup(DeviceCounts):
     """Devices of one mode grouped by GPU model (``by_model``), resource (``by_resource``) or vGPU
     type (``by_vgpu_type``).
 
@@ -57,23 +72,16 @@ class DeviceGroup:
     label: str
     nodes: int = 0
     gpus: int | None = None
-    total: int = 0
-    used: int = 0
-    free: int = 0
     resource: str = ""
     kind: str = ""
     model: str = ""
-    free_unusable: int = 0
-    free_unusable_reasons: dict[str, int] = field(default_factory=dict)
-    reserved: int = 0
     vgpu_type: str = ""
     nodes_with_free: int = 0
     max_free_on_one_node: int = 0
-    gpu_equivalents: dict[str, float | int] = field(default_factory=dict)
 
 
 @dataclass
-class ModeSummary:
+class ModeSummary(DeviceCounts):
     """Nodes and devices of one workload mode (DOMAIN.md §1).
 
     ``uniform`` is True when every device of the mode is a whole GPU (passthrough, full container
@@ -88,16 +96,9 @@ class ModeSummary:
     nodes_in_use: int = 0
     nodes_flagged: int = 0
     nodes_transitioning: int = 0
-    total: int = 0
-    used: int = 0
-    free: int = 0
-    free_unusable: int = 0
-    free_unusable_reasons: dict[str, int] = field(default_factory=dict)
     by_model: list[DeviceGroup] = field(default_factory=list)
     by_resource: list[DeviceGroup] = field(default_factory=list)
-    reserved: int = 0
     uniform: bool = True
-    gpu_equivalents: dict[str, float | int] = field(default_factory=dict)
     by_vgpu_type: list[DeviceGroup] = field(default_factory=list)
 
     @property

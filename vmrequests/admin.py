@@ -15,8 +15,15 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
-from portal.admin_mixins import ReadOnlyAdminMixin
-from vmrequests.models import AutoApprovalRule, GpuQuota, Team, VmImage, VMRequest, VMRequestEvent
+from portal.admin_mixins import ReadOnlyAdminMixin, ReadOnlyTabularInline
+from vmrequests.models import (
+    AutoApprovalRule,
+    GpuQuota,
+    Team,
+    VmImage,
+    VMRequest,
+    VMRequestEvent,
+)
 
 
 class GpuQuotaInline(admin.TabularInline):
@@ -47,12 +54,9 @@ class VmImageAdmin(admin.ModelAdmin):
     search_fields = ("name", "image", "os")
 
 
-class VMRequestEventInline(ReadOnlyAdminMixin, admin.TabularInline):
+class VMRequestEventInline(ReadOnlyTabularInline):
     model = VMRequestEvent
-    extra = 0
-    can_delete = False
     fields = ("created", "actor_display", "action", "from_status", "to_status", "message")
-    readonly_fields = fields
     ordering = ("created", "pk")
 
     def get_queryset(self, request: HttpRequest) -> Any:
@@ -65,14 +69,7 @@ class VMRequestEventInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 REQUEST_WHO = ("requester", "submitted_by", "team", "status", "created", "updated")
 REQUEST_WHAT = (
-    "mode",
-    "resource_name",
-    "vgpu_type",
-    "gpu_model",
-    "device_count",
-    "cpu_cores",
-    "memory_gib",
-    "image",
+    *VMRequest.SPEC_FIELDS,
     "lease_days",
     "ssh_public_key",
     "justification",

@@ -174,6 +174,23 @@ def retry(req: VMRequest, by: Any, note: str = "") -> Placement:
     return _approve_locked(req, by=by, note=note, rule=None, retry=True)
 
 
+def approval_verdict(req: VMRequest, snapshot: CapacitySnapshot, book: QuotaBook) -> Verdict:
+    """The capacity and quota check approving ``req`` runs (its own devices excluded, no
+    alternatives): what ``_approve_locked`` refuses on and what the queue shows before the click.
+    ``snapshot``: the capacity now; ``book``: the quotas of (at least) ``req``'s team."""
+    return check_request(
+        req.team,
+        req.mode,
+        req.resource_name,
+        req.vgpu_type,
+        req.device_count,
+        exclude_pk=req.pk,
+        snapshot=snapshot,
+        book=book,
+        with_alternatives=False,
+    )
+
+
 def _approve_locked(
     req: VMRequest, *, by: Any, note: str, rule: AutoApprovalRule | None, retry: bool = False
 ) -> Placement:
@@ -184,17 +201,7 @@ def _approve_locked(
         if current.status != expected:
             raise TransitionError(req.pk, "retry" if retry else "approve", current.status)
         snap = CapacitySnapshot()
-        verdict = check_request(
-            current.team,
-            current.mode,
-            current.resource_name,
-            current.vgpu_type,
-            current.device_count,
-            exclude_pk=current.pk,
-            snapshot=snap,
-            book=QuotaBook([current.team_id]),
-            with_alternatives=False,
-        )
+        verdict = approval_verdict(current, snap, QuotaBook([current.team_id]))
         if not verdict.ok:
             raise ApprovalRefused(verdict)
         placement = verdict.placement

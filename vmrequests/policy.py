@@ -257,61 +257,85 @@ _EXTENSION_STATUS = gettext_lazy(
     "Request #%(id)s is %(status)s; only the lease extension of a running VM can be decided."
 )
 _DECIDE_SELF = gettext_lazy("You filed this request: another approver must decide it.")
+_OWN_LEASE = gettext_lazy("This is your own lease: another approver must decide the extension.")
+
+
+def _on_transition(
+    name: str, label: Promise, who: frozenset[str], transition: str, role_reason: Promise, **extra: Any
+) -> ActionRule:
+    """The declaration of an action that runs the state machine's ``transition`` (an
+    ``EventAction``): it starts from that transition's statuses (``choices.TRANSITIONS``), and its
+    status refusal is the ``TransitionError`` sentence. ``extra``: the other ``ActionRule`` fields."""
+    return ActionRule(
+        name, label, who, TRANSITIONS[transition][0], role_reason, transition=transition, **extra
+    )
+
+
+def _extension_decision(
+    name: str, label: Promise, condition: Callable[[Facts], Refused | None]
+) -> ActionRule:
+    """The declaration of a decision on a pending lease extension: an approver of the team (not
+    the requester), while the VM runs, when ``condition`` holds."""
+    return ActionRule(
+        name,
+        label,
+        frozenset({DECIDER}),
+        _RUNNING,
+        NOT_APPROVER,
+        no_self=_OWN_LEASE,
+        condition=condition,
+        status_reason=_EXTENSION_STATUS,
+    )
+
 
 ACTIONS: dict[str, ActionRule] = {
     rule.name: rule
     for rule in (
-        ActionRule(
+        _on_transition(
             "approve",
             gettext_lazy("Approve"),
             frozenset({DECIDER}),
-            TRANSITIONS[EventAction.APPROVE][0],
+            EventAction.APPROVE,
             NOT_APPROVER,
             no_self=_DECIDE_SELF,
-            transition=EventAction.APPROVE,
         ),
-        ActionRule(
+        _on_transition(
             "reject",
             gettext_lazy("Reject"),
             frozenset({DECIDER}),
-            TRANSITIONS[EventAction.REJECT][0],
+            EventAction.REJECT,
             NOT_APPROVER,
             no_self=_DECIDE_SELF,
-            transition=EventAction.REJECT,
         ),
-        ActionRule(
+        _on_transition(
             "cancel",
             gettext_lazy("Cancel"),
             frozenset({OWNER, DECIDER}),
-            TRANSITIONS[EventAction.CANCEL][0],
+            EventAction.CANCEL,
             gettext_lazy("Only the requester or an approver of the team can cancel this request."),
-            transition=EventAction.CANCEL,
         ),
-        ActionRule(
+        _on_transition(
             "release",
             gettext_lazy("Release"),
             frozenset({OWNER}),
-            TRANSITIONS[EventAction.START_DELETION][0],
+            EventAction.START_DELETION,
             gettext_lazy("Only the requester can release this VM; an approver terminates it instead."),
-            transition=EventAction.START_DELETION,
         ),
-        ActionRule(
+        _on_transition(
             "terminate",
             gettext_lazy("Terminate"),
             frozenset({DECIDER}),
-            TRANSITIONS[EventAction.START_DELETION][0],
+            EventAction.START_DELETION,
             NOT_APPROVER,
             own_refusal=gettext_lazy("This is your own VM: release it instead."),
-            transition=EventAction.START_DELETION,
         ),
-        ActionRule(
+        _on_transition(
             "retry",
             gettext_lazy("Retry"),
             frozenset({DECIDER}),
-            TRANSITIONS[EventAction.RETRY][0],
+            EventAction.RETRY,
             NOT_APPROVER,
             no_self=gettext_lazy("You filed this request: another approver must retry it."),
-            transition=EventAction.RETRY,
         ),
         ActionRule(
             "extend",
@@ -324,26 +348,8 @@ ACTIONS: dict[str, ActionRule] = {
                 "Request #%(id)s is %(status)s; only the lease of a running VM can be extended."
             ),
         ),
-        ActionRule(
-            "extension_approve",
-            gettext_lazy("Grant the extension"),
-            frozenset({DECIDER}),
-            _RUNNING,
-            NOT_APPROVER,
-            no_self=gettext_lazy("This is your own lease: another approver must decide the extension."),
-            condition=_extension_grantable,
-            status_reason=_EXTENSION_STATUS,
-        ),
-        ActionRule(
-            "extension_deny",
-            gettext_lazy("Refuse the extension"),
-            frozenset({DECIDER}),
-            _RUNNING,
-            NOT_APPROVER,
-            no_self=gettext_lazy("This is your own lease: another approver must decide the extension."),
-            condition=_extension_pending,
-            status_reason=_EXTENSION_STATUS,
-        ),
+        _extension_decision("extension_approve", gettext_lazy("Grant the extension"), _extension_grantable),
+        _extension_decision("extension_deny", gettext_lazy("Refuse the extension"), _extension_pending),
     )
 }
 

@@ -25,7 +25,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from portal.admin_mixins import ReadOnlyAdminMixin
+from portal.admin_mixins import ReadOnlyAdminMixin, ReadOnlyTabularInline
 from webhooks import events as webhook_events
 from webhooks.choices import DeliveryStatus, event_type_choices
 from webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint, WebhookEvent
@@ -132,12 +132,9 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(reverse("admin:webhooks_webhookendpoint_secret", args=[obj.pk]))
 
 
-class WebhookAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
+class WebhookAttemptInline(ReadOnlyTabularInline):
     model = WebhookAttempt
-    extra = 0
-    can_delete = False
     fields = ("number", "started_at", "duration_ms", "status_code", "error", "response_excerpt")
-    readonly_fields = fields
     ordering = ("number",)
 
 
@@ -213,14 +210,11 @@ class WebhookDeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             )
 
 
-class WebhookDeliveryInline(ReadOnlyAdminMixin, admin.TabularInline):
+class WebhookDeliveryInline(ReadOnlyTabularInline):
     model = WebhookDelivery
     fk_name = "event"
-    extra = 0
-    can_delete = False
     show_change_link = True
     fields = ("endpoint", "status", "attempts", "last_status_code", "created")
-    readonly_fields = fields
 
 
 @admin.register(WebhookEvent)

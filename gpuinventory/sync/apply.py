@@ -25,36 +25,8 @@ from gpuinventory.sync.derive import Derived
 _BATCH = 500
 
 
-NODE_FIELDS = (
-    "uid",
-    "workload_mode",
-    "mode_source",
-    "mode_label_value",
-    "transitioning",
-    "gpu_model",
-    "gpu_count",
-    "gpu_memory_mib",
-    "model_source",
-    "ready",
-    "unschedulable",
-    "vgpu_config",
-    "vgpu_config_state",
-    "labels",
-    "flags",
-)
-RESOURCE_FIELDS = (
-    "kind",
-    "model",
-    "pci_device_id",
-    "vgpu_type",
-    "framebuffer_gb",
-    "series",
-    "capacity",
-    "allocatable",
-    "used",
-    "stale",
-    "permitted",
-)
+NODE_FIELDS = ("uid", *GpuNode.OBSERVED_FIELDS, "labels", "flags")
+RESOURCE_FIELDS = (*GpuResource.OBSERVED_FIELDS, "stale", "permitted")
 CONSUMER_FIELDS = ("count", "vmi_name")
 
 

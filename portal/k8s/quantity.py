@@ -28,20 +28,12 @@ _QUANTITY = re.compile(
     r"(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
     r"(?:(?P<exp>[eE][+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E))?"
 )
+#: Suffix → multiplier: milli, then the decimal SI powers of 1000 (k = 10³ … E = 10¹⁸) and the
+#: binary ones of 1024 (Ki = 2¹⁰ … Ei = 2⁶⁰), in the order of ``<decimalSI>`` and ``<binarySI>``.
 _SUFFIX: dict[str, Decimal] = {
     "m": Decimal("0.001"),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
+    **{prefix: Decimal(10) ** (3 * power) for power, prefix in enumerate("kMGTPE", start=1)},
+    **{prefix + "i": Decimal(2) ** (10 * power) for power, prefix in enumerate("KMGTPE", start=1)},
 }
 
 

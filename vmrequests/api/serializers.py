@@ -9,6 +9,7 @@ serializer per action.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -31,6 +32,13 @@ from vmrequests.models import (
     VMRequestEvent,
 )
 from vmrequests.validation import MAX_NAME_LENGTH, model_cap
+
+
+def _blank_choice(choices: Sequence[tuple[str, Any]], help_text: str) -> serializers.ChoiceField:
+    """A read-only choice output that may also be ``""``. Declared because DRF drops
+    ``allow_blank`` from read-only model fields, and the schema would then forbid the ``""`` a
+    blank model field has."""
+    return serializers.ChoiceField(choices=choices, allow_blank=True, read_only=True, help_text=help_text)
 
 
 def _username(user: Any) -> str | None:
@@ -83,11 +91,7 @@ class VMRequestSerializer(serializers.ModelSerializer[VMRequest]):
     ssh_command = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
     allowed_actions = serializers.SerializerMethodField()
-    # Declared: DRF drops allow_blank from read-only model fields, and the schema would then
-    # forbid the "" a request that was not deleted has.
-    deletion_reason = serializers.ChoiceField(
-        choices=DeletionReason.choices, allow_blank=True, read_only=True, help_text='"" until deleted.'
-    )
+    deletion_reason = _blank_choice(DeletionReason.choices, '"" until deleted.')
 
     class Meta:
         model = VMRequest
@@ -100,14 +104,7 @@ class VMRequestSerializer(serializers.ModelSerializer[VMRequest]):
             "submitted_by",
             "ticket_source",
             "ticket_id",
-            "mode",
-            "resource_name",
-            "vgpu_type",
-            "gpu_model",
-            "device_count",
-            "cpu_cores",
-            "memory_gib",
-            "image",
+            *VMRequest.SPEC_FIELDS,
             "ssh_public_key",
             "lease_days",
             "justification",
@@ -185,10 +182,7 @@ class VMRequestEventSerializer(serializers.ModelSerializer[VMRequestEvent]):
     request: serializers.PrimaryKeyRelatedField[VMRequest] = serializers.PrimaryKeyRelatedField(
         read_only=True
     )
-    # Declared for allow_blank (see VMRequestSerializer.deletion_reason).
-    from_status = serializers.ChoiceField(
-        choices=VMRequestStatus.choices, allow_blank=True, read_only=True, help_text='"" for the first entry.'
-    )
+    from_status = _blank_choice(VMRequestStatus.choices, '"" for the first entry.')
 
     class Meta:
         model = VMRequestEvent

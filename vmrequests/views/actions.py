@@ -11,6 +11,7 @@ hand-made POSTs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -77,36 +78,21 @@ def vmrequest_approve(request: HttpRequest, pk: int) -> HttpResponse:
 def vmrequest_reject(request: HttpRequest, pk: int) -> HttpResponse:
     """Reject with a required ``reason``. 404 when not visible; the policy's refusal, a blank
     reason or an already decided request come back as a message and nothing changes."""
-    req = _visible_or_404(request, pk)
-    reason = request.POST.get("reason", "").strip()
-    try:
-        approval.reject(req, request.user, reason)
-    except NotAllowed as exc:
-        return _refused(request, req, exc)
-    except ValueError:
-        messages.error(request, _("Request #%(id)s was not rejected: give a reason.") % {"id": req.pk})
-    except TransitionError as exc:
-        messages.warning(request, str(exc))
-    else:
-        messages.success(request, _("Request #%(id)s rejected.") % {"id": req.pk})
-    return _back(request, req)
+    return _with_text(
+        request,
+        pk,
+        approval.reject,
+        field="reason",
+        done=_("Request #%(id)s rejected."),
+        blank=_("Request #%(id)s was not rejected: give a reason."),
+    )
 
 
 @require_POST
 def vmrequest_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     """Cancel (the requester or a decider, while submitted or approved) with an optional ``note``;
     frees any reservation. 404 when not visible, the policy's refusal as a message otherwise."""
-    req = _visible_or_404(request, pk)
-    note = request.POST.get("note", "").strip()
-    try:
-        approval.cancel(req, request.user, note)
-    except NotAllowed as exc:
-        return _refused(request, req, exc)
-    except TransitionError as exc:
-        messages.warning(request, str(exc))
-    else:
-        messages.success(request, _("Request #%(id)s cancelled.") % {"id": req.pk})
-    return _back(request, req)
+    return _with_text(request, pk, approval.cancel, done=_("Request #%(id)s cancelled."))
 
 
 @require_POST
@@ -114,17 +100,9 @@ def vmrequest_release(request: HttpRequest, pk: int) -> HttpResponse:
     """End a provisioning or running VM early (the requester or a decider) with an optional
     ``note``: the request moves to deleting and the worker deletes the VMI (enqueued on commit).
     404 when not visible, the policy's refusal as a message otherwise; any other status is a warning."""
-    req = _visible_or_404(request, pk)
-    note = request.POST.get("note", "").strip()
-    try:
-        approval.release(req, request.user, note)
-    except NotAllowed as exc:
-        return _refused(request, req, exc)
-    except TransitionError as exc:
-        messages.warning(request, str(exc))
-    else:
-        messages.success(request, _("Request #%(id)s released; the VM is being deleted.") % {"id": req.pk})
-    return _back(request, req)
+    return _with_text(
+        request, pk, approval.release, done=_("Request #%(id)s released; the VM is being deleted.")
+    )
 
 
 @require_POST
@@ -132,18 +110,43 @@ def vmrequest_terminate(request: HttpRequest, pk: int) -> HttpResponse:
     """An approver's forced stop of a provisioning or running VM, with a required ``reason``;
     the worker deletes the VMI (enqueued on commit). 404 when not visible; the policy's refusal,
     a blank reason or another status come back as a message and nothing changes."""
+    return _with_text(
+        request,
+        pk,
+        approval.terminate,
+        field="reason",
+        done=_("Request #%(id)s terminated; the VM is being deleted."),
+        blank=_("Request #%(id)s was not terminated: give a reason."),
+    )
+
+
+def _with_text(
+    request: HttpRequest,
+    pk: int,
+    service: Callable[[VMRequest, Any, str], None],
+    *,
+    done: str,
+    field: str = "note",
+    blank: str | None = None,
+) -> HttpResponse:
+    """Run ``service(req, user, text)`` (reject, cancel, release, terminate) with the POSTed
+    ``field`` (stripped): 404 when not visible; the policy's refusal as a message
+    (``_refused``); with ``blank`` (%(id)s), the service's ``ValueError`` for a blank text is an
+    error; a refused transition a warning; ``done`` (%(id)s) on success. Back where it came from."""
     req = _visible_or_404(request, pk)
-    reason = request.POST.get("reason", "").strip()
+    text = request.POST.get(field, "").strip()
     try:
-        approval.terminate(req, request.user, reason)
+        service(req, request.user, text)
     except NotAllowed as exc:
         return _refused(request, req, exc)
     except ValueError:
-        messages.error(request, _("Request #%(id)s was not terminated: give a reason.") % {"id": req.pk})
+        if blank is None:
+            raise
+        messages.error(request, blank % {"id": req.pk})
     except TransitionError as exc:
         messages.warning(request, str(exc))
     else:
-        messages.success(request, _("Request #%(id)s terminated; the VM is being deleted.") % {"id": req.pk})
+        messages.success(request, done % {"id": req.pk})
     return _back(request, req)
 
 

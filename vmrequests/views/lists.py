@@ -35,10 +35,11 @@ from django_htmx.http import HttpResponseStopPolling
 from gpuinventory.capacity import CapacitySnapshot
 from portal.views_mixins import FilteredTableListMixin
 from vmrequests import policy
+from vmrequests.approval import approval_verdict
 from vmrequests.choices import EventAction, VMRequestStatus
 from vmrequests.filtersets import VMRequestFilterSet
 from vmrequests.models import VMRequest, VMRequestEvent
-from vmrequests.placement import QuotaBook, Verdict, check_request
+from vmrequests.placement import QuotaBook, Verdict
 from vmrequests.sshkeys import describe_ssh_key
 from vmrequests.tables import VMRequestTable
 
@@ -255,21 +256,6 @@ def connect_commands(req: VMRequest) -> list[str]:
     return req.virtctl_commands
 
 
-def queue_verdict(req: VMRequest, snapshot: CapacitySnapshot, book: QuotaBook) -> Verdict:
-    """Capacity and quota check of a pending request as approving it now would see it."""
-    return check_request(
-        req.team,
-        req.mode,
-        req.resource_name,
-        req.vgpu_type,
-        req.device_count,
-        exclude_pk=req.pk,
-        snapshot=snapshot,
-        book=book,
-        with_alternatives=False,
-    )
-
-
 #: The request page's buttons by card: decision (approve, reject, cancel), lifecycle (release,
 #: terminate, retry) and lease (ask for / decide an extension); names are ``policy.ACTIONS`` keys.
 DECISION_ACTIONS = ("approve", "reject", "cancel")
@@ -318,7 +304,7 @@ def vmrequest(request: HttpRequest, pk: int) -> HttpResponse:
     running = req.status == VMRequestStatus.RUNNING
     verdict = None
     if may["approve"] or may["retry"]:
-        verdict = queue_verdict(req, CapacitySnapshot(), QuotaBook([req.team_id]))
+        verdict = approval_verdict(req, CapacitySnapshot(), QuotaBook([req.team_id]))
     context = {
         "req": req,
         "poll": not req.is_terminal,
@@ -407,7 +393,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
         rows = [
             QueueRow(
                 r,
-                queue_verdict(r, snapshot, book),
+                approval_verdict(r, snapshot, book),
                 r.lease_end_if_started(),
                 action_context(request.user, r, viewer, QUEUE_ACTIONS),
             )

@@ -1,22 +1,21 @@
-"""Teams, quotas, the image catalog, VM requests and their timeline.
+"""The VM request and its state machine.
 
 Status changes happen only through ``VMRequest`` methods (``approve``, ``reject``, ...). Each one
-is a compare-and-swap under a row lock: it reads the current status, refuses with
-``TransitionError`` when the status is not one the action may start from (``choices.TRANSITIONS``),
-else updates the row and appends one ``VMRequestEvent`` in the same transaction. Two approvers,
-a double click or a redelivered Celery message can therefore never both win.
+is a compare-and-swap under a row lock (``VMRequest._transition``): it reads the current status,
+refuses with ``TransitionError`` when the status is not one the action may start from
+(``choices.TRANSITIONS``), else updates the row and appends one ``VMRequestEvent`` in the same
+transaction. Two approvers, a double click or a redelivered Celery message can therefore never
+both win.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
-from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Coalesce
@@ -25,7 +24,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from gpuinventory.naming import parse_vgpu_type
 from gpuinventory.reservations import Holder, release
 from vmrequests.choices import (
     ACTION_VERB,
@@ -39,27 +37,16 @@ from vmrequests.choices import (
     VMMode,
     VMRequestStatus,
 )
+from vmrequests.models.events import VMRequestEvent
+from vmrequests.models.images import VmImage
+from vmrequests.models.limits import MAX_CPU_CORES, MAX_DEVICES, MAX_JUSTIFICATION_LENGTH, MAX_MEMORY_GIB
+from vmrequests.models.teams import Team
 from vmrequests.sshkeys import MAX_PUBLIC_KEY_LENGTH
 
 #: Sent after the transaction of a status change commits: ``sender=VMRequest``,
 #: ``request`` (the updated row), ``event`` (the ``VMRequestEvent``). Notifications and webhooks
 #: listen to it (``vmrequests/apps.py``).
 request_transitioned = Signal()
-
-#: RFC 1123 label, as Kubernetes validates namespace names (and VMI names we choose).
-DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-dns1123_label_validator = RegexValidator(
-    r"\A[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z",
-    _("Use lower-case letters, digits and '-', starting and ending with a letter or digit."),
-)
-
-#: Bounds of a request's size (the form and the API enforce them).
-MAX_CPU_CORES = 64
-MAX_MEMORY_GIB = 1024
-MAX_DEVICES = 8
-#: Longest justification (characters): a few paragraphs, what approvers read in the queue and
-#: the new-request mail. The SSH key's cap is ``sshkeys.MAX_PUBLIC_KEY_LENGTH`` (8,192).
-MAX_JUSTIFICATION_LENGTH = 2000
 
 
 class TransitionError(Exception):
@@ -82,219 +69,15 @@ class TransitionError(Exception):
         )
 
 
-class Team(models.Model):
-    """A group of people who request VMs into one Kubernetes namespace, under one lease policy.
+class PolicyRule(Protocol):
+    """What ``VMRequest.approve_by_policy`` reads of the rule that approved: its primary key and
+    its words (``vmrequests.models.rules.AutoApprovalRule`` is one)."""
 
-    ``members`` may request VMs for the team and see its requests; ``approvers`` (who also need
-    the ``vmrequests.approve_vmrequest`` permission) decide them. Quotas: ``GpuQuota`` rows.
-    """
-
-    name = models.CharField(_("name"), max_length=100, unique=True)
-    slug = models.SlugField(_("slug"), max_length=50, unique=True)
-    namespace = models.CharField(
-        _("namespace"),
-        max_length=63,
-        validators=[dns1123_label_validator],
-        help_text=_("Kubernetes namespace the team's VMs are created in."),
-    )
-    members = models.ManyToManyField(
-        settings.AUTH_USER_MODEL, related_name="teams", blank=True, verbose_name=_("members")
-    )
-    approvers = models.ManyToManyField(
-        settings.AUTH_USER_MODEL, related_name="approver_of", blank=True, verbose_name=_("approvers")
-    )
-    default_lease_days = models.PositiveIntegerField(
-        _("default lease (days)"), default=7, validators=[MinValueValidator(1)]
-    )
-    max_lease_days = models.PositiveIntegerField(
-        _("maximum lease (days)"), default=30, validators=[MinValueValidator(1)]
-    )
-    created = models.DateTimeField(auto_now_add=True)
-    updated = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        ordering = ["name"]
-        verbose_name = _("team")
-        verbose_name_plural = _("teams")
-
-    def __str__(self) -> str:
-        return self.name
-
-    def get_absolute_url(self) -> str:
-        return reverse("vmrequests:vmrequest_list") + f"?team={self.slug}"
-
-    def clean(self) -> None:
-        """Refuse a default lease longer than the maximum."""
-        if self.default_lease_days and self.max_lease_days and self.default_lease_days > self.max_lease_days:
-            raise ValidationError(
-                {"default_lease_days": _("The default lease cannot be longer than the maximum lease.")}
-            )
-
-
-class GpuQuota(models.Model):
-    """At most ``max_devices`` GPU devices held at once by a team's open requests.
-
-    Open = approved, provisioning or running (``choices.OPEN_STATES``). Scope: ``mode`` blank =
-    any GPU; ``mode`` set and ``gpu`` blank = any GPU of that mode; ``gpu`` = one passthrough
-    resource name (``nvidia.com/GA100_A100_PCIE_40GB``, i.e. one GPU model) or one bare vGPU type
-    (``A10-12Q``; bare because the resource prefix ``GRID_``/``NVIDIA_`` depends on the driver,
-    DOMAIN.md §2). Every quota whose scope matches a request must hold.
-    """
-
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas", verbose_name=_("team"))
-    mode = models.CharField(_("mode"), max_length=20, choices=VMMode.choices, blank=True)
-    gpu = models.CharField(
-        _("GPU"),
-        max_length=253,
-        blank=True,
-        help_text=_("Passthrough resource name (nvidia.com/...) or vGPU type (e.g. A10-12Q); blank = any."),
-    )
-    max_devices = models.PositiveIntegerField(_("maximum devices"))
-    created = models.DateTimeField(auto_now_add=True)
-    updated = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        ordering = ["team__name", "mode", "gpu"]
-        verbose_name = _("GPU quota")
-        verbose_name_plural = _("GPU quotas")
-        constraints = [models.UniqueConstraint(fields=["team", "mode", "gpu"], name="gpuquota_unique_scope")]
-
-    def __str__(self) -> str:
-        return f"{self.team}: {self.scope_label} ≤ {self.max_devices}"
-
-    def get_absolute_url(self) -> str:
-        return self.team.get_absolute_url()
-
-    def clean(self) -> None:
-        """A GPU scope needs a mode, and must look like that mode's names."""
-        if self.gpu and not self.mode:
-            raise ValidationError({"mode": _("Choose the mode the GPU belongs to.")})
-        if self.gpu and self.mode == VMMode.PASSTHROUGH and not self.gpu.startswith("nvidia.com/"):
-            raise ValidationError(
-                {"gpu": _("A passthrough GPU is a resource name such as nvidia.com/GA102GL_A10.")}
-            )
-        if self.gpu and self.mode == VMMode.VGPU and parse_vgpu_type(self.gpu) is None:
-            raise ValidationError({"gpu": _("A vGPU type looks like A10-12Q or A100-1-5C.")})
-
-    @property
-    def scope_label(self) -> str:
-        """``"any GPU"``, ``"any vGPU (GPU slice)"`` or the GPU name."""
-        if not self.mode:
-            return str(_("any GPU"))
-        if not self.gpu:
-            return str(_("any %(mode)s") % {"mode": VMMode(self.mode).label})
-        return self.gpu
-
-    def matches(self, mode: str, resource_name: str, vgpu_type: str) -> bool:
-        """True when a request of ``mode`` for ``resource_name``/``vgpu_type`` falls in this scope."""
-        if not self.mode:
-            return True
-        if self.mode != mode:
-            return False
-        if not self.gpu:
-            return True
-        return self.gpu == (vgpu_type if mode == VMMode.VGPU else resource_name)
-
-
-class AutoApprovalRule(models.Model):
-    """Approve a team's requests without a person when they are small enough (and fit).
-
-    Matches a request of ``mode`` asking for at most ``max_devices`` devices and, for vGPU, a
-    type with at most ``max_vgpu_framebuffer_gb`` GB of frame buffer (blank = any). A matching
-    request still goes through the same capacity and quota checks as a person's approval; the
-    timeline records the approval as done by "policy".
-    """
-
-    team = models.ForeignKey(
-        Team, on_delete=models.CASCADE, related_name="auto_approval_rules", verbose_name=_("team")
-    )
-    mode = models.CharField(_("mode"), max_length=20, choices=VMMode.choices)
-    max_devices = models.PositiveIntegerField(_("maximum devices"), default=1)
-    max_vgpu_framebuffer_gb = models.DecimalField(
-        _("maximum vGPU frame buffer (GB)"), max_digits=6, decimal_places=1, null=True, blank=True
-    )
-    max_lease_days = models.PositiveIntegerField(_("maximum lease (days)"), null=True, blank=True)
-    enabled = models.BooleanField(_("enabled"), default=True)
-    created = models.DateTimeField(auto_now_add=True)
-    updated = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        ordering = ["team__name", "mode", "pk"]
-        verbose_name = _("auto-approval rule")
-        verbose_name_plural = _("auto-approval rules")
-
-    def __str__(self) -> str:
-        return f"{self.team}: {self.describe()}"
-
-    def get_absolute_url(self) -> str:
-        return self.team.get_absolute_url()
+    pk: Any
 
     def describe(self) -> str:
-        """The rule in words, e.g. ``"vGPU (GPU slice) up to 1 device(s), ≤ 8 GB"``."""
-        text = _("%(mode)s up to %(n)s device(s)") % {"mode": VMMode(self.mode).label, "n": self.max_devices}
-        if self.max_vgpu_framebuffer_gb is not None:
-            text += f", ≤ {self.max_vgpu_framebuffer_gb.normalize()} GB"
-        if self.max_lease_days is not None:
-            text += ", " + _("lease ≤ %(d)s days") % {"d": self.max_lease_days}
-        return str(text)
-
-    def matches(self, request: VMRequest) -> bool:
-        """True when ``request`` is small enough for this rule (capacity and quota not checked)."""
-        if not self.enabled or request.mode != self.mode or request.device_count > self.max_devices:
-            return False
-        if self.max_lease_days is not None and request.lease_days > self.max_lease_days:
-            return False
-        if self.max_vgpu_framebuffer_gb is not None:
-            vtype = parse_vgpu_type(request.vgpu_type)
-            if vtype is None or vtype.framebuffer_gb > Decimal(self.max_vgpu_framebuffer_gb):
-                return False
-        return True
-
-
-class VmImage(models.Model):
-    """A VM image analysts can pick: a KubeVirt containerDisk plus how to log in (admin-managed)."""
-
-    name = models.CharField(_("name"), max_length=100, unique=True)
-    image = models.CharField(
-        _("containerDisk image"), max_length=400, help_text=_("e.g. quay.io/containerdisks/ubuntu:22.04")
-    )
-    os = models.CharField(_("operating system"), max_length=100)
-    login_user = models.CharField(
-        _("login user"),
-        max_length=32,
-        default="analyst",
-        validators=[RegexValidator(r"\A[a-z_][a-z0-9_-]{0,31}\Z", _("Use a Linux user name."))],
-    )
-    min_memory_gib = models.PositiveIntegerField(
-        _("minimum memory (GiB)"), default=2, validators=[MinValueValidator(1)]
-    )
-    default_cpu_cores = models.PositiveIntegerField(
-        _("default CPU cores"), default=4, validators=[MinValueValidator(1), MaxValueValidator(MAX_CPU_CORES)]
-    )
-    default_memory_gib = models.PositiveIntegerField(
-        _("default memory (GiB)"),
-        default=16,
-        validators=[MinValueValidator(1), MaxValueValidator(MAX_MEMORY_GIB)],
-    )
-    enabled = models.BooleanField(_("enabled"), default=True)
-    created = models.DateTimeField(auto_now_add=True)
-    updated = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        ordering = ["name"]
-        verbose_name = _("VM image")
-        verbose_name_plural = _("VM images")
-
-    def __str__(self) -> str:
-        return self.name
-
-    def get_absolute_url(self) -> str:
-        return reverse("admin:vmrequests_vmimage_change", args=[self.pk])
-
-    def clean(self) -> None:
-        """The default memory must be at least the minimum."""
-        if self.default_memory_gib and self.min_memory_gib and self.default_memory_gib < self.min_memory_gib:
-            raise ValidationError({"default_memory_gib": _("The default memory is below the minimum.")})
+        """The rule in words, written into the decision note."""
+        ...
 
 
 class VMRequestQuerySet(QuerySet["VMRequest"]):
@@ -423,6 +206,20 @@ class VMRequest(models.Model):
     vmi_created_at = models.DateTimeField(_("VMI created at"), null=True, blank=True)
     created = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
     updated = models.DateTimeField(_("updated"), auto_now=True)
+
+    #: What a request asks for, in the order pages and the API show it: the GPU (``mode``,
+    #: ``resource_name``/``vgpu_type``, ``gpu_model``, ``device_count``), the VM's size
+    #: (``cpu_cores``, ``memory_gib``) and its ``image``.
+    SPEC_FIELDS = (
+        "mode",
+        "resource_name",
+        "vgpu_type",
+        "gpu_model",
+        "device_count",
+        "cpu_cores",
+        "memory_gib",
+        "image",
+    )
 
     objects = VMRequestQuerySet.as_manager()
 
@@ -601,9 +398,7 @@ class VMRequest(models.Model):
             fields={"decided_by": by, "decided_at": timezone.now(), "decision_note": note},
         )
 
-    def approve_by_policy(
-        self, rule: AutoApprovalRule, *, data: dict[str, Any] | None = None
-    ) -> VMRequestEvent:
+    def approve_by_policy(self, rule: PolicyRule, *, data: dict[str, Any] | None = None) -> VMRequestEvent:
         """submitted → approved by an auto-approval rule (actor "policy")."""
         note = str(_("Auto-approved by rule: %(rule)s") % {"rule": rule.describe()})
         return self._transition(
@@ -698,82 +493,3 @@ class VMRequest(models.Model):
         return self._transition(
             EventAction.MARK_DELETED, actor_label="worker", message=message, fields=fields
         )
-
-
-class VMRequestEvent(models.Model):
-    """One append-only timeline entry of a request: who did what, from which status to which.
-
-    ``actor`` is the user, or None with ``actor_label`` ``"policy"`` / ``"worker"`` / ``"system"``.
-    ``data`` holds details (placement, quota, re-profile plan). Rows are never updated or deleted.
-    """
-
-    request = models.ForeignKey(VMRequest, on_delete=models.CASCADE, related_name="events")
-    created = models.DateTimeField(_("time"), default=timezone.now, db_index=True)
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", null=True, blank=True
-    )
-    actor_label = models.CharField(max_length=20, blank=True)
-    action = models.CharField(_("action"), max_length=30, choices=EventAction.choices)
-    from_status = models.CharField(max_length=20, choices=VMRequestStatus.choices, blank=True)
-    to_status = models.CharField(max_length=20, choices=VMRequestStatus.choices)
-    message = models.TextField(_("message"), blank=True)
-    data = models.JSONField(default=dict, blank=True)
-
-    class Meta:
-        ordering = ["created", "pk"]
-        verbose_name = _("request event")
-        verbose_name_plural = _("request events")
-
-    def __str__(self) -> str:
-        return f"#{self.request_id} {self.action} {self.from_status}→{self.to_status}"
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        """Insert only: the timeline is append-only.
-
-        Raises:
-            ValueError: on an attempt to update an existing row.
-        """
-        if self.pk is not None and not self._state.adding:
-            raise ValueError("request events are append-only")
-        super().save(*args, **kwargs)
-
-    def get_absolute_url(self) -> str:
-        return reverse("vmrequests:vmrequest", args=[self.request_id]) + f"#event-{self.pk}"
-
-    def delete(self, *args: Any, **kwargs: Any) -> Any:
-        """Refused: the timeline is append-only.
-
-        Raises:
-            ValueError: always.
-        """
-        raise ValueError("request events are append-only")
-
-    @property
-    def actor_display(self) -> str:
-        """The user's name, or the translated actor label."""
-        if self.actor is not None:
-            return self.actor.get_full_name() or self.actor.get_username()
-        return {"policy": str(_("policy")), "worker": str(_("worker")), "system": str(_("system"))}.get(
-            self.actor_label, self.actor_label
-        )
-
-
-class IdempotencyKey(models.Model):
-    """An ``Idempotency-Key`` header seen on a create call, and what it created.
-
-    The same user sending the same key again gets the same resource back (200) when the body is
-    the same, and 409 naming the differing fields otherwise. ``body`` is the parsed request body
-    (JSON object) as first sent.
-    """
-
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
-    key = models.CharField(max_length=255)
-    body = models.JSONField()
-    vm_request = models.ForeignKey(VMRequest, on_delete=models.CASCADE, related_name="idempotency_keys")
-    created = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["user", "key"], name="idempotency_unique_user_key")]
-
-    def __str__(self) -> str:
-        return f"{self.key} → #{self.vm_request_id}"
