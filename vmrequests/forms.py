@@ -21,6 +21,7 @@ from typing import Any
 
 from django import forms
 from django.urls import reverse
+from django.utils.text import format_lazy
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -145,7 +146,14 @@ class VMRequestForm(forms.Form):
         max_length=_cap("justification"),
         widget=forms.Textarea(attrs={"rows": 4, "minlength": MIN_JUSTIFICATION_LENGTH}),
         label=gettext_lazy("Justification"),
-        help_text=gettext_lazy("What the VM is for; approvers read this."),
+        help_text=format_lazy(
+            gettext_lazy(
+                "What the VM is for; approvers read this. {min} to {max} characters: a longer paste is "
+                "cut at {max}."
+            ),
+            min=MIN_JUSTIFICATION_LENGTH,
+            max=f"{_cap('justification'):,}",
+        ),
     )
     ticket_id = forms.CharField(
         required=False, max_length=_cap("ticket_id"), label=gettext_lazy("Ticket ID (optional)")

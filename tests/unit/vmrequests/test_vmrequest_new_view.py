@@ -368,3 +368,14 @@ def test_submitted_message_names_who_was_told(
     response = world["client"].post(URL, post_data(world))
     req = VMRequest.objects.get()
     assert [str(m) for m in get_messages(response.wsgi_request)] == [expected.format(pk=req.pk)]
+
+
+def test_the_justification_says_its_bounds(world: dict[str, Any]) -> None:
+    """The browser cuts a longer paste at ``maxlength`` without a word, so the hint names the cap."""
+    html = world["client"].get(URL).content.decode()
+    assert (
+        "What the VM is for; approvers read this. 5 to 2,000 characters: a longer paste is cut at 2,000."
+        in html
+    )
+    zh = world["client"].get(URL, headers={"accept-language": "zh-hans"}).content.decode()
+    assert "5 到 2,000 个字符" in zh
