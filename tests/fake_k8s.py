@@ -22,6 +22,7 @@ State, kept small and explicit:
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -77,6 +78,8 @@ class FakeCluster:
     cluster_policy: k8s.ClusterPolicyInfo | None = None
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     errors: dict[str, list[k8s.K8sError]] = field(default_factory=dict)
+    created: int = 0
+    uids: dict[int, str] = field(default_factory=dict)
 
     # --- set-up -------------------------------------------------------------------------------
 
@@ -116,7 +119,11 @@ class FakeCluster:
         obj: dict[str, Any] = {
             "apiVersion": "kubevirt.io/v1",
             "kind": "VirtualMachineInstance",
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": dict(labels or {}),
+            },
             "spec": {},
         }
         self.vmis[(namespace, name)] = obj
@@ -155,6 +162,17 @@ class FakeCluster:
         """The next ``times`` calls of ``function`` raise ``error`` (after being logged in ``calls``)."""
         assert function in FAKED, function
         self.errors.setdefault(function, []).extend([error] * times)
+
+    def _next_uid(self) -> str:
+        """A new object's ``metadata.uid``: ``"uid-1"``, ``"uid-2"``, ... in creation order."""
+        self.created += 1
+        return f"uid-{self.created}"
+
+    def _parsed(self, obj: dict[str, Any]) -> k8s.VmiInfo:
+        """``k8s.parse_vmi`` of a stored VMI with its uid (given at its first read, kept in ``uids``
+        so the stored object stays exactly the manifest sent)."""
+        uid = self.uids.setdefault(id(obj), self._next_uid())
+        return dataclasses.replace(k8s.parse_vmi(obj), uid=uid)
 
     def names(self) -> list[str]:
         """The function names of ``calls``, in order."""
@@ -208,15 +226,20 @@ class FakeCluster:
         """``k8s.get_vmi``: None when there is no such VMI."""
         self._enter("get_vmi", namespace, name)
         obj = self.vmis.get((namespace, name))
-        return k8s.parse_vmi(obj) if obj is not None else None
+        return self._parsed(obj) if obj is not None else None
 
-    def delete_vmi(self, namespace: str, name: str) -> bool:
+    def delete_vmi(self, namespace: str, name: str, uid: str) -> bool:
         """``k8s.delete_vmi``: sets ``deletionTimestamp`` (the VMI stays until ``finish_deletion``);
-        False when it does not exist."""
+        False when it does not exist; K8sConflict when its uid is not ``uid`` (the precondition);
+        ValueError without a uid. ``calls`` records ``("delete_vmi", namespace, name)``."""
+        if not uid:
+            raise ValueError("delete_vmi needs the uid of the VMI the caller checked")
         self._enter("delete_vmi", namespace, name)
         obj = self.vmis.get((namespace, name))
         if obj is None:
             return False
+        if self._parsed(obj).uid != uid:
+            raise k8s.K8sConflict("Kubernetes API 409 Conflict: Precondition failed: UID in precondition")
         obj["metadata"].setdefault("deletionTimestamp", DELETION_TIMESTAMP)
         return True
 
@@ -228,7 +251,7 @@ class FakeCluster:
         for key in sorted(self.vmis):
             labels = self.vmis[key]["metadata"].get("labels") or {}
             if all(labels.get(k) == v for k, v in wanted.items()):
-                out.append(k8s.parse_vmi(self.vmis[key]))
+                out.append(self._parsed(self.vmis[key]))
         return out
 
     def get_cluster_policy(self) -> k8s.ClusterPolicyInfo | None:

@@ -16,14 +16,14 @@ a re-profile, ``placement.gpu_options``; never one KubeVirt does not permit, DOM
 sizes (``device_count`` 1..8 and the per-VM vGPU limit of the NVIDIA vGPU User Guide,
 ``cpu_cores`` 1..64 and ``memory_gib`` 1..1024 defaulting to the image's, memory at least the
 image's minimum); ``lease_days`` (≥ 1, at most the team's maximum, defaulting to its default);
-``name`` (DNS-1123 label, not shaped like a generated name, not live in the namespace);
+``name`` (DNS-1123 label, then ``vmrequests.vm_names``: not a generated shape, not live in the
+namespace, not a VMI there the portal did not create);
 ``ssh_public_key`` (``vmrequests.sshkeys``); ``justification`` (≥ 5 characters);
 ``ticket_id`` (unused for its source); then capacity and quota (``placement.check_request``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -36,7 +36,7 @@ from django.db.models import Q, QuerySet
 from django.utils.translation import gettext as _
 
 from gpuinventory.capacity import CapacitySnapshot
-from vmrequests.choices import LIVE_STATES, VMMode
+from vmrequests.choices import VMMode
 from vmrequests.models import (
     MAX_CPU_CORES,
     MAX_DEVICES,
@@ -48,13 +48,10 @@ from vmrequests.models import (
 )
 from vmrequests.placement import Alternative, GpuOption, check_request, gpu_options
 from vmrequests.sshkeys import validate_ssh_public_key
+from vmrequests.vm_names import MAX_NAME_LENGTH, name_problem
 
 #: Permission to file a request for another user (``requested_for``).
 SUBMIT_FOR_OTHERS = "vmrequests.submit_for_others"
-#: Longest VM name an analyst may choose (the VMI name is at most 63 characters).
-MAX_NAME_LENGTH = 40
-#: Generated VMI names look like ``alice-vm-42`` (``models.vmi_name_for``): reserved.
-GENERATED_NAME = re.compile(r"-vm-\d+\Z")
 #: Shortest justification (characters, surrounding whitespace ignored).
 MIN_JUSTIFICATION_LENGTH = 5
 #: Text fields capped by the model's ``max_length`` (the name's cap is ``MAX_NAME_LENGTH``).
@@ -441,17 +438,9 @@ class _Check:
         name = self.draft.name.strip()
         if not name or not self.given("name") or not self.django("name", dns1123_label_validator, name):
             return name
-        live = VMRequest.objects.filter(vmi_name=name, status__in=sorted(LIVE_STATES))
-        if GENERATED_NAME.search(name):
-            reserved = _("Names ending in -vm-<number> are reserved for generated names; choose another.")
-            self.fail("name", "reserved", reserved)
-        elif team is not None and live.filter(vmi_namespace=team.namespace).exists():
-            self.fail(
-                "name",
-                "name_taken",
-                _("A VM named %(name)s already exists (or is requested) in namespace %(ns)s.")
-                % {"name": name, "ns": team.namespace},
-            )
+        problem = name_problem(name, team)
+        if problem is not None:
+            self.fail("name", *problem)
         return name
 
     def ssh_key(self) -> str:

@@ -61,18 +61,29 @@ def get_vmi(namespace: str, name: str) -> VmiInfo | None:
         return None
 
 
-def delete_vmi(namespace: str, name: str) -> bool:
-    """Delete a VirtualMachineInstance (KubeVirt then deletes its virt-launcher pod).
+def delete_vmi(namespace: str, name: str, uid: str) -> bool:
+    """Delete the VirtualMachineInstance with this ``uid`` (KubeVirt then deletes its launcher pod).
+
+    The delete carries the precondition ``metadata.uid == uid``: the API server refuses it (409)
+    when the object of that name is another one than the caller read and checked (replaced
+    meanwhile). Callers decide ownership first (``vmrequests.provisioning.ownership``).
 
     Returns:
         True when a delete was accepted, False when it was already gone.
 
     Raises:
+        ValueError: ``uid`` is empty (a delete without a precondition is never sent).
+        K8sConflict: the object of that name has another uid (it was replaced).
         K8sForbidden, K8sTransientError: see :func:`portal.k8s.errors.translate`.
     """
+    if not uid:
+        raise ValueError("delete_vmi needs the uid of the VMI the caller checked")
     delete = client.custom_objects().delete_namespaced_custom_object
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
     try:
-        client.call(delete, VMI_GROUP, VMI_VERSION, namespace, VMI_PLURAL, name, _preload_content=False)
+        client.call(
+            delete, VMI_GROUP, VMI_VERSION, namespace, VMI_PLURAL, name, body=body, _preload_content=False
+        )
     except K8sNotFound:
         return False
     return True

@@ -326,14 +326,20 @@ def test_get_vmi(api: tuple[list[Any], list[Any]]) -> None:
 def test_delete_vmi(api: tuple[list[Any], list[Any]]) -> None:
     replies, calls = api
     replies.extend([{"kind": "Status", "status": "Success"}, http(404, "Not Found"), http(500, "Internal")])
-    assert k8s.delete_vmi("team-quant", "alice-vm-7") is True
-    assert k8s.delete_vmi("team-quant", "alice-vm-7") is False
+    assert k8s.delete_vmi("team-quant", "alice-vm-7", "u-1") is True
+    assert k8s.delete_vmi("team-quant", "alice-vm-7", "u-1") is False
     with pytest.raises(k8s.K8sTransientError):
-        k8s.delete_vmi("team-quant", "alice-vm-7")
+        k8s.delete_vmi("team-quant", "alice-vm-7", "u-1")
+    with pytest.raises(ValueError, match="needs the uid"):
+        k8s.delete_vmi("team-quant", "alice-vm-7", "")
     assert calls[0] == (
         "delete_namespaced_custom_object",
         (*GROUP, "team-quant", "virtualmachineinstances", "alice-vm-7"),
-        {"_preload_content": False, "_request_timeout": 7},
+        {
+            "body": {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": "u-1"}},
+            "_preload_content": False,
+            "_request_timeout": 7,
+        },
     )
 
 

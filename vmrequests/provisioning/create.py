@@ -8,11 +8,11 @@ from django.utils.translation import gettext as _
 from gpuinventory.models import Reservation
 from gpuinventory.reservations import reservation_of
 from portal import k8s
-from portal.labels import REQUEST_ID as REQUEST_LABEL
 from vmrequests.choices import EventAction, VMRequestStatus
 from vmrequests.models import TransitionError, VMRequest
 from vmrequests.provisioning.manifest import vmi_manifest
 from vmrequests.provisioning.outcome import Outcome, Wait, _fail, _load
+from vmrequests.provisioning.ownership import delete_own_vmi, is_own
 from vmrequests.provisioning.reprofile import _reprofile, _reprofile_refused
 
 
@@ -96,7 +96,7 @@ def _create_vmi(req: VMRequest, res: Reservation) -> Outcome:
     won = VMRequest.objects.filter(pk=req.pk, status=VMRequestStatus.PROVISIONING).update(vmi_created_at=now)
     if not won:
         # Released, terminated or failed while the VMI was being created: do not leave it behind.
-        k8s.delete_vmi(req.vmi_namespace, req.vmi_name)
+        delete_own_vmi(req.pk, req.vmi_namespace, req.vmi_name)
         return Outcome(req.pk, "lost", "the request moved on while its VMI was created; VMI deleted")
     req.vmi_created_at = now
     req.record(
@@ -119,13 +119,13 @@ def _adopt(req: VMRequest) -> Outcome | None:
     existing = k8s.get_vmi(req.vmi_namespace, req.vmi_name)
     if existing is None:
         raise k8s.K8sTransientError("the conflicting VMI disappeared; retrying") from None
-    if existing.labels.get(REQUEST_LABEL) == str(req.pk) and existing.deleting:
+    if is_own(req.pk, existing) and existing.deleting:
         # Ours, but from before a retry and still being finalised: adopting it would follow a
         # VMI about to vanish. Create ours once it is gone.
         raise k8s.K8sTransientError(
             "the previous VMI of this request is still being deleted; retrying"
         ) from None
-    if existing.labels.get(REQUEST_LABEL) != str(req.pk):
+    if not is_own(req.pk, existing):
         return _fail(
             req,
             _(

@@ -20,6 +20,7 @@ from vmrequests.choices import TERMINAL_STATES, DeletionReason, EventAction, VMM
 from vmrequests.models import TransitionError, VMRequest
 from vmrequests.provisioning.manifest import connect_instructions
 from vmrequests.provisioning.outcome import Outcome, _fail, _minutes, _requeue_after, log
+from vmrequests.provisioning.ownership import Deletion, delete_own_vmi
 
 _INSUFFICIENT = re.compile(r"(\d+) Insufficient (nvidia\.com/\S+?)[,.]?(?=\s|$)")
 
@@ -85,7 +86,7 @@ def _reconcile_provisioning(
             return Outcome(req.pk, "lost", str(exc))
         return Outcome(req.pk, "running")
     if vmi.phase in {"Failed", "Succeeded"}:
-        k8s.delete_vmi(req.vmi_namespace, req.vmi_name)
+        delete_own_vmi(req.pk, req.vmi_namespace, req.vmi_name, vmi)
         cond = vmi.condition("Ready") or vmi.condition("PodScheduled")
         if cond and cond.message:
             reason = _("The VM stopped (%(phase)s): %(detail)s") % {
@@ -97,7 +98,7 @@ def _reconcile_provisioning(
         return _fail(req, reason)
     sync = vmi.condition("Synchronized")
     if sync is not None and sync.status == "False" and sync.reason == "FailedCreate":
-        k8s.delete_vmi(req.vmi_namespace, req.vmi_name)
+        delete_own_vmi(req.pk, req.vmi_namespace, req.vmi_name, vmi)
         if "not permitted" in sync.message:
             reason = _(
                 "KubeVirt refused the GPU: %(resource)s is not permitted in the KubeVirt CR's "
@@ -112,7 +113,7 @@ def _reconcile_provisioning(
     unplaced = vmi.phase in {"", "Pending", "Scheduling"}
     if unplaced and now - started > timedelta(seconds=settings.PORTAL_SCHEDULING_TIMEOUT):
         message = scheduled.message if scheduled is not None else ""
-        k8s.delete_vmi(req.vmi_namespace, req.vmi_name)
+        delete_own_vmi(req.pk, req.vmi_namespace, req.vmi_name, vmi)
         return _fail(
             req,
             _(
@@ -138,14 +139,14 @@ def _reconcile_running(req: VMRequest, vmi: k8s.VmiInfo | None, now: Any) -> Out
             return Outcome(req.pk, "lost", str(exc))
         return Outcome(req.pk, "deleted_outside")
     if vmi.phase in {"Failed", "Succeeded"}:
-        k8s.delete_vmi(req.vmi_namespace, req.vmi_name)
+        delete_own_vmi(req.pk, req.vmi_namespace, req.vmi_name, vmi)
         return _fail(req, _("The VM stopped (%(phase)s).") % {"phase": vmi.phase})
     if req.lease_end is not None and now >= req.lease_end:
         try:
             req.start_deletion(DeletionReason.EXPIRED)
         except TransitionError as exc:
             return Outcome(req.pk, "lost", str(exc))
-        k8s.delete_vmi(req.vmi_namespace, req.vmi_name)
+        delete_own_vmi(req.pk, req.vmi_namespace, req.vmi_name, vmi)
         return Outcome(req.pk, "expired")
     warn_at = timedelta(hours=settings.PORTAL_LEASE_WARNING_HOURS)
     if req.lease_end is not None and req.lease_warning_sent_at is None and now >= req.lease_end - warn_at:
@@ -181,7 +182,7 @@ def _reconcile_deleting(req: VMRequest, vmi: k8s.VmiInfo | None) -> Outcome:
             return Outcome(req.pk, "lost", str(exc))
         return Outcome(req.pk, "deleted")
     if not vmi.deleting:
-        k8s.delete_vmi(req.vmi_namespace, req.vmi_name)
+        delete_own_vmi(req.pk, req.vmi_namespace, req.vmi_name, vmi)
     return Outcome(req.pk, "deleting")
 
 
@@ -233,7 +234,8 @@ def _collect_orphans(
     for pk, namespace, name in ended.values_list("pk", "vmi_namespace", "vmi_name"):
         v = candidates[pk]
         if (v.namespace, v.name) == (namespace, name):
-            k8s.delete_vmi(namespace, name)
+            if delete_own_vmi(pk, namespace, name, v) is not Deletion.DELETED:
+                continue
             log.warning(
                 "deleted the VMI of an ended request", extra={"request_id": pk, "vmi": f"{namespace}/{name}"}
             )

@@ -518,7 +518,7 @@ def test_what_the_service_account_must_not_do(
             namespace="team-quant",
             name="quant-analyst-01",
         )
-        assert forbidden(lambda: k8s.delete_vmi("team-quant", "quant-analyst-01")) == rbac_denied(
+        assert forbidden(lambda: k8s.delete_vmi("team-quant", "quant-analyst-01", "any-uid")) == rbac_denied(
             user,
             "delete",
             "virtualmachineinstances",

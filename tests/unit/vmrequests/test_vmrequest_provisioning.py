@@ -400,7 +400,9 @@ def test_retry_does_not_adopt_the_previous_vmi_while_it_is_being_deleted(
     req = live_request(w)
     ours = {"app.kubernetes.io/managed-by": "gpu-vm-portal", "gpu-vm-portal.io/request-id": str(req.pk)}
     cluster.add_vmi("team-quant", req.vmi_name, ours)
-    cluster.delete_vmi("team-quant", req.vmi_name)
+    old = cluster.get_vmi("team-quant", req.vmi_name)
+    assert old is not None
+    cluster.delete_vmi("team-quant", req.vmi_name, old.uid)
     with pytest.raises(k8s.K8sTransientError, match="still being deleted"):
         provisioning.provision(req.pk)
     assert (fresh(req).status, fresh(req).vmi_created_at) == ("provisioning", None)

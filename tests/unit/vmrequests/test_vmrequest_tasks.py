@@ -238,9 +238,13 @@ def test_reconcile_lets_other_errors_through(monkeypatch: pytest.MonkeyPatch) ->
 def test_delete_vmi_task(cluster: FakeCluster, clock: Clock) -> None:
     w = provisioning_world()
     req = live_request(w, "deleting", deletion_reason="released")
-    cluster.add_vmi("team-quant", req.vmi_name)
+    ours = {"app.kubernetes.io/managed-by": "gpu-vm-portal", "gpu-vm-portal.io/request-id": str(req.pk)}
+    cluster.add_vmi("team-quant", req.vmi_name, ours)
     assert tasks.delete_vmi.run(req.pk) == "deleting"
-    assert cluster.calls == [("delete_vmi", "team-quant", req.vmi_name)]
+    assert cluster.calls == [
+        ("get_vmi", "team-quant", req.vmi_name),
+        ("delete_vmi", "team-quant", req.vmi_name),
+    ]
     cluster.finish_deletion("team-quant", req.vmi_name)
     assert tasks.delete_vmi.run(req.pk) == "deleted"
     assert VMRequest.objects.get(pk=req.pk).status == "deleted"

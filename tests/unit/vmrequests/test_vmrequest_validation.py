@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission
 
+from portal import k8s
 from tests.factories import portal_user, stored_node, stored_resource
+from tests.fake_k8s import FakeCluster
 from tests.vmrequest_factories import (
     A10_PT,
     A100_PT,
@@ -19,7 +21,9 @@ from tests.vmrequest_factories import (
     stored_request,
     stored_team,
 )
+from vmrequests import vm_names
 from vmrequests.models import GpuQuota
+from vmrequests.provisioning import ownership
 from vmrequests.validation import RequestDraft, RequestInvalid, RequestSpec, validate
 
 pytestmark = pytest.mark.django_db
@@ -343,6 +347,45 @@ def test_vgpus_per_vm(w: dict[str, Any]) -> None:
 def test_name_refused(w: dict[str, Any], name: str, code: str, message: str) -> None:
     stored_request(w["quant"], w["olga"], w["ubuntu"], vmi_name="risk-box")
     assert refused(w["ana"], draft(name=name)) == {"name": [(code, message)]}
+
+
+@pytest.fixture
+def real_name_check(monkeypatch: pytest.MonkeyPatch) -> FakeCluster:
+    """The cluster question of ``vm_names`` as in production, asked of a fake cluster."""
+    cluster = FakeCluster.install(monkeypatch)
+    monkeypatch.setattr(vm_names, "foreign_vmi_named", ownership.foreign_vmi_named)
+    return cluster
+
+
+def test_name_of_a_foreign_vmi_is_refused(w: dict[str, Any], real_name_check: FakeCluster) -> None:
+    """#14 finding 1: a name that is a hand-made VMI in the team's namespace is refused at submit;
+    one of the portal's own VMIs (an ended request's, still finalising) is not a reason to refuse."""
+    real_name_check.add_vmi("team-quant", "shared-box", {"app": "notebook"})
+    real_name_check.add_vmi("team-quant", "old-box", {"app.kubernetes.io/managed-by": "gpu-vm-portal"})
+    message = (
+        "Namespace team-quant already has a VirtualMachineInstance named shared-box that the portal "
+        "did not create; choose another name."
+    )
+    assert refused(w["ana"], draft(name="shared-box")) == {"name": [("foreign_vmi", message)]}
+    assert validate(w["ana"], draft(name="old-box")).name == "old-box"
+    assert real_name_check.calls[-2:] == [
+        ("get_vmi", "team-quant", "shared-box"),
+        ("get_vmi", "team-quant", "old-box"),
+    ]
+
+
+def test_name_refused_when_the_cluster_cannot_be_asked(
+    w: dict[str, Any], real_name_check: FakeCluster
+) -> None:
+    real_name_check.fail("get_vmi", k8s.K8sTransientError("Kubernetes API 503"))
+    message = (
+        "The cluster could not be asked whether namespace team-quant already has a VirtualMachineInstance "
+        "named free-box; try again in a minute or leave the name empty."
+    )
+    assert refused(w["ana"], draft(name="free-box")) == {"name": [("cluster_unreachable", message)]}
+    # Without a name the cluster is not asked (a generated name is the request's own).
+    assert validate(w["ana"], draft(name="")).name == ""
+    assert real_name_check.names() == ["get_vmi"]
 
 
 def test_name_accepted(w: dict[str, Any]) -> None:
