@@ -584,7 +584,10 @@ def run_team_rbac(*args: str) -> tuple[str, list[dict[str, Any]]]:
 
 
 def expected_team_objects(
-    namespace: str, teams: str, sa: tuple[str, str] = (NS, "gpu-vm-portal")
+    namespace: str,
+    teams: str,
+    sa: tuple[str, str] = (NS, "gpu-vm-portal"),
+    web: tuple[str, str] = (NS, "gpu-vm-portal-web"),
 ) -> list[dict[str, Any]]:
     meta = {
         "namespace": namespace,
@@ -618,6 +621,25 @@ def expected_team_objects(
                 "name": "gpu-vm-portal-vmis",
             },
             "subjects": [{"kind": "ServiceAccount", "name": sa[1], "namespace": sa[0]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "gpu-vm-portal-web-vmis", **meta},
+            "rules": [
+                {"apiGroups": ["kubevirt.io"], "resources": ["virtualmachineinstances"], "verbs": ["get"]}
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "gpu-vm-portal-web-vmis", **meta},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "gpu-vm-portal-web-vmis",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": web[1], "namespace": web[0]}],
         },
     ]
 
@@ -665,6 +687,10 @@ def test_team_rbac_for_one_team_with_its_namespace_and_another_service_account(t
     assert [(d["kind"], d["metadata"]["namespace"]) for d in docs] == [
         ("Role", "team-quant"),
         ("RoleBinding", "team-quant"),
+        ("Role", "team-quant"),
+        ("RoleBinding", "team-quant"),
+        ("Role", "team-risk"),
+        ("RoleBinding", "team-risk"),
         ("Role", "team-risk"),
         ("RoleBinding", "team-risk"),
     ]
@@ -677,6 +703,8 @@ def test_team_rbac_refuses_unknown_teams_and_bad_service_accounts(teams: None) -
     for bad in ("robot", "/robot", "portal/", "a/b/c"):
         with pytest.raises(CommandError, match="use NAMESPACE/NAME"):
             run_team_rbac("--service-account", bad)
+        with pytest.raises(CommandError, match=r"^--web-service-account .*use NAMESPACE/NAME"):
+            run_team_rbac("--web-service-account", bad)
 
 
 def test_team_rbac_without_teams(db: None) -> None:
@@ -686,4 +714,6 @@ def test_team_rbac_without_teams(db: None) -> None:
 
 def test_team_rbac_rules_are_the_command_constant() -> None:
     assert expected_team_objects("x", "y")[0]["rules"] == team_rbac.TEAM_ROLE_RULES
+    assert expected_team_objects("x", "y")[2]["rules"] == team_rbac.WEB_ROLE_RULES
+    assert f"{NS}/gpu-vm-portal-web" == team_rbac.DEFAULT_WEB_SERVICE_ACCOUNT
     assert f"{NS}/gpu-vm-portal" == team_rbac.DEFAULT_SERVICE_ACCOUNT

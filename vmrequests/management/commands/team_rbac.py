@@ -10,7 +10,10 @@ Usage::
 In the cluster: ``kubectl -n gpu-vm-portal exec deploy/gpu-vm-portal-web -- python manage.py
 team_rbac | kubectl apply -f -`` (deploy/README.md "Team namespaces").
 
-The portal creates, reads and deletes its VirtualMachineInstances by name in the namespace of
+The web process only reads a VMI by name in a team namespace (a chosen VM name that is a VMI
+the portal did not create is refused at submit): its own Role grants ``get`` and nothing else.
+
+The portal's worker creates, reads and deletes its VirtualMachineInstances by name in the namespace of
 the request's team (``portal/k8s/vmis.py`` ``create_vmi``, ``get_vmi``, ``delete_vmi``). Those three
 verbs are granted per team namespace only, so the portal cannot start a VM anywhere else;
 LIST and WATCH of VMIs are cluster-wide reads and live in the ClusterRole
@@ -41,6 +44,21 @@ TEAM_ROLE_RULES: list[dict[str, Any]] = [
         "verbs": ["get", "create", "delete"],
     }
 ]
+#: Name of the web process's read-only Role and RoleBinding in every team namespace.
+WEB_ROLE_NAME = "gpu-vm-portal-web-vmis"
+#: The web process's ServiceAccount (deploy/base/serviceaccounts.yaml).
+DEFAULT_WEB_SERVICE_ACCOUNT = "gpu-vm-portal/gpu-vm-portal-web"
+#: What the web process may do in a team namespace: read one VMI by name, so the request
+#: validator can refuse a chosen name that is a VMI the portal did not create
+#: (``vmrequests/vm_names.py``, ``provisioning/ownership.py`` ``foreign_vmi_named``). No create,
+#: no delete: those stay the worker's.
+WEB_ROLE_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": ["kubevirt.io"],
+        "resources": ["virtualmachineinstances"],
+        "verbs": ["get"],
+    }
+]
 #: Labels on every object this command prints (select them with ``-l``).
 LABELS = {
     "app.kubernetes.io/name": "gpu-vm-portal",
@@ -50,7 +68,13 @@ LABELS = {
 
 
 def team_rbac_objects(
-    namespace: str, teams: list[str], sa_namespace: str, sa_name: str, *, with_namespace: bool = False
+    namespace: str,
+    teams: list[str],
+    sa_namespace: str,
+    sa_name: str,
+    *,
+    with_namespace: bool = False,
+    web_sa: tuple[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The objects one team namespace needs.
 
@@ -60,9 +84,11 @@ def team_rbac_objects(
         sa_namespace: the ServiceAccount's namespace, e.g. ``"gpu-vm-portal"``.
         sa_name: the ServiceAccount's name, e.g. ``"gpu-vm-portal"``.
         with_namespace: also return the ``Namespace`` itself, first.
+        web_sa: the web process's ServiceAccount ``(namespace, name)``; when given, also its
+            read-only Role and RoleBinding (``WEB_ROLE_RULES``).
 
     Returns:
-        Manifests as dicts: [Namespace,] Role, RoleBinding.
+        Manifests as dicts: [Namespace,] Role, RoleBinding[, web Role, web RoleBinding].
     """
 
     def meta(name: str, namespaced: bool = True) -> dict[str, Any]:
@@ -100,7 +126,33 @@ def team_rbac_objects(
             "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_namespace}],
         }
     )
+    if web_sa is not None:
+        objects.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": meta(WEB_ROLE_NAME),
+                "rules": copy.deepcopy(WEB_ROLE_RULES),
+            }
+        )
+        objects.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": meta(WEB_ROLE_NAME),
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": WEB_ROLE_NAME},
+                "subjects": [{"kind": "ServiceAccount", "name": web_sa[1], "namespace": web_sa[0]}],
+            }
+        )
     return objects
+
+
+def _service_account(value: Any, option: str) -> tuple[str, str]:
+    """``"NAMESPACE/NAME"`` as ``(namespace, name)``; ``CommandError`` otherwise."""
+    sa_namespace, sep, sa_name = str(value).partition("/")
+    if not sep or not sa_namespace or not sa_name or "/" in sa_name:
+        raise CommandError(f"{option} {value!r}: use NAMESPACE/NAME")
+    return sa_namespace, sa_name
 
 
 class Command(BaseCommand):
@@ -124,15 +176,20 @@ class Command(BaseCommand):
             help=f"the worker's ServiceAccount (default {DEFAULT_SERVICE_ACCOUNT})",
         )
         parser.add_argument(
+            "--web-service-account",
+            default=DEFAULT_WEB_SERVICE_ACCOUNT,
+            metavar="NAMESPACE/NAME",
+            help=f"the web process's ServiceAccount, granted VMI get only (default {DEFAULT_WEB_SERVICE_ACCOUNT})",
+        )
+        parser.add_argument(
             "--with-namespaces",
             action="store_true",
             help="also print the Namespace objects (VMIs can only be created in existing namespaces)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        sa_namespace, sep, sa_name = str(options["service_account"]).partition("/")
-        if not sep or not sa_namespace or not sa_name or "/" in sa_name:
-            raise CommandError(f"--service-account {options['service_account']!r}: use NAMESPACE/NAME")
+        sa_namespace, sa_name = _service_account(options["service_account"], "--service-account")
+        web_sa = _service_account(options["web_service_account"], "--web-service-account")
         slugs: list[str] = options["team"]
         teams = Team.objects.order_by("namespace", "slug")
         if slugs:
@@ -148,7 +205,12 @@ class Command(BaseCommand):
         documents: list[dict[str, Any]] = []
         for namespace, team_slugs in by_namespace.items():
             documents += team_rbac_objects(
-                namespace, team_slugs, sa_namespace, sa_name, with_namespace=options["with_namespaces"]
+                namespace,
+                team_slugs,
+                sa_namespace,
+                sa_name,
+                with_namespace=options["with_namespaces"],
+                web_sa=web_sa,
             )
         self.stdout.write(
             f"# gpu-vm-portal: VMI rights of {sa_namespace}/{sa_name} in {len(by_namespace)} team "
