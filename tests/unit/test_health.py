@@ -6,12 +6,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.test import Client
 from django.test.utils import override_settings
 
 from portal import k8s
 
 pytestmark = pytest.mark.django_db
+
+#: The backend /readyz names for the test database: SQLite locally, PostgreSQL in CI (.ci/run).
+EXPECTED_BACKEND = {
+    "django.db.backends.sqlite3": "sqlite",
+    "django.db.backends.postgresql": "postgresql",
+}[settings.DATABASES["default"]["ENGINE"]]
 
 
 @pytest.fixture
@@ -38,7 +45,7 @@ def test_readyz_reports_each_check(client: Client) -> None:
     checks = body["checks"]
     assert set(checks) == {"database", "broker", "kubernetes"}
     assert checks["database"]["status"] == "ok"
-    assert checks["database"]["backend"] == "sqlite"
+    assert checks["database"]["backend"] == EXPECTED_BACKEND
     assert checks["broker"]["status"] == "ok"
     assert checks["kubernetes"] == {
         "status": "not_configured",
@@ -66,7 +73,7 @@ def test_readyz_staff_gets_the_details_from_anywhere(client: Client) -> None:
 
     client.force_login(portal_user("staff"))
     checks = client.get("/readyz", REMOTE_ADDR=OUTSIDE).json()["checks"]
-    assert checks["database"]["backend"] == "sqlite"
+    assert checks["database"]["backend"] == EXPECTED_BACKEND
     assert isinstance(checks["broker"]["duration_ms"], float)
     client.force_login(portal_user("analyst"))
     assert client.get("/readyz", REMOTE_ADDR=OUTSIDE).json()["checks"]["database"] == {"status": "ok"}
