@@ -400,9 +400,11 @@ def world(
         assert (run.status, run.error) == (SyncStatus.SUCCESS, "")
         team = make_team(cluster.namespace, quotas={("", ""): 4, (VMMode.VGPU, "T4-16Q"): 2})
         applied = apply_team_rbac(k8s_api, deployed.worker, team.slug)
-        assert [(o["kind"], o["metadata"]["namespace"]) for o in applied] == [
-            ("Role", cluster.namespace),
-            ("RoleBinding", cluster.namespace),
+        assert [(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]) for o in applied] == [
+            ("Role", cluster.namespace, "gpu-vm-portal-vmis"),
+            ("RoleBinding", cluster.namespace, "gpu-vm-portal-vmis"),
+            ("Role", cluster.namespace, "gpu-vm-portal-web-vmis"),
+            ("RoleBinding", cluster.namespace, "gpu-vm-portal-web-vmis"),
         ]
         yield World(team, make_approver(team), make_analyst(team, "alice"), make_image())
 

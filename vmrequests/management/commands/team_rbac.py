@@ -109,42 +109,32 @@ def team_rbac_objects(
                 "metadata": meta(namespace, namespaced=False),
             }
         )
-    objects.append(
+    objects += _role_and_binding(meta(ROLE_NAME), ROLE_NAME, TEAM_ROLE_RULES, (sa_namespace, sa_name))
+    if web_sa is not None:
+        objects += _role_and_binding(meta(WEB_ROLE_NAME), WEB_ROLE_NAME, WEB_ROLE_RULES, web_sa)
+    return objects
+
+
+def _role_and_binding(
+    metadata: dict[str, Any], name: str, rules: list[dict[str, Any]], sa: tuple[str, str]
+) -> list[dict[str, Any]]:
+    """A Role ``name`` with ``rules`` and the RoleBinding giving it to ServiceAccount ``sa``
+    (``(namespace, name)``); ``metadata`` is copied into both."""
+    return [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": meta(ROLE_NAME),
-            "rules": copy.deepcopy(TEAM_ROLE_RULES),
-        }
-    )
-    objects.append(
+            "metadata": copy.deepcopy(metadata),
+            "rules": copy.deepcopy(rules),
+        },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": meta(ROLE_NAME),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE_NAME},
-            "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_namespace}],
-        }
-    )
-    if web_sa is not None:
-        objects.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": meta(WEB_ROLE_NAME),
-                "rules": copy.deepcopy(WEB_ROLE_RULES),
-            }
-        )
-        objects.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": meta(WEB_ROLE_NAME),
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": WEB_ROLE_NAME},
-                "subjects": [{"kind": "ServiceAccount", "name": web_sa[1], "namespace": web_sa[0]}],
-            }
-        )
-    return objects
+            "metadata": copy.deepcopy(metadata),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": sa[1], "namespace": sa[0]}],
+        },
+    ]
 
 
 def _service_account(value: Any, option: str) -> tuple[str, str]:
