@@ -16,6 +16,7 @@ that scrape (logged) instead of failing the whole endpoint.
 from __future__ import annotations
 
 import logging
+from abc import abstractmethod
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -42,13 +43,13 @@ class DatabaseCollector(Collector):
         for name in self.names:
             yield GaugeMetricFamily(name, "", labels=["status"])
 
+    @abstractmethod
     def query(self) -> Any:
         """Read what the gauges need (runs at scrape time)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def metrics(self, data: Any) -> Iterator[Metric]:
         """The gauges built from ``query``'s result."""
-        raise NotImplementedError
 
     def collect(self) -> Iterator[Metric]:
         """``metrics(query())``; nothing (and a logged error) when the database read fails."""
